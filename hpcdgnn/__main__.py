@@ -65,6 +65,23 @@ _SPMD_COMMANDS = ("run", "embed", "predict")
 _PASS_STOPS, EXIT_PASS_STOPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1), 130
 
 
+#: where launchers tell each process its rank before MPI starts: Open MPI, PMIx, Hydra (PMI), MVAPICH, srun, jsrun
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID",
+                   "JSM_NAMESPACE_RANK")
+
+
+def _says_stops() -> bool:
+    """Whether this process prints the line of a stop signal: not a rank other than 0 of an MPI job. A launcher
+    (mpirun, srun, hpcdgnn-mpirun's relay) signals every rank, and each printed the same line; rank 0's stands for
+    the job, and a rank signalled alone still exits with the status, which the launcher reports. The rank is MPI's
+    once it started, else the launcher's variable (read where no import is under way: a signal handler's call)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        return MPI.COMM_WORLD.Get_rank() == 0
+    rank = next((os.environ[v] for v in _RANK_VARIABLES if os.environ.get(v, "").isdigit()), "0")
+    return int(rank) == 0
+
+
 def _stop_status(signum: int) -> int:
     """A one-process command's exit status when a signal stopped it: the shell's 128 + n, but 130 for SIGUSR1,
     which hpcdgnn-mpirun passes to the ranks for a first Ctrl-C or SIGTERM (the ranks cannot tell which: 130 as
@@ -76,7 +93,8 @@ def _stop_while_starting(command: str, signals: tuple[int, ...] = _PASS_STOPS,
                          code: int | None = None) -> dict[int, object]:
     """Make a stop signal that comes while a command that has no handlers yet (prepare, generate, …, embed,
     predict) is starting — its parser imports torch and h5py, seconds on a cold file cache — print one line and
-    exit, instead of ending it without a word (SIGTERM) or with a traceback (Ctrl-C). Nothing is written
+    exit, instead of ending it without a word (SIGTERM) or with a traceback (Ctrl-C); under mpirun rank 0 alone
+    prints it (:func:`_says_stops`), every rank exits. Nothing is written
     before the command's own handlers are in, so the handler exits at once (``os._exit``): an exception raised in
     the middle of an import could be swallowed by C code, or leave a half-imported module behind. A signal the
     process was started ignoring (``cmd &`` in a script) stays ignored. ``run`` holds its signals instead
@@ -91,11 +109,13 @@ def _stop_while_starting(command: str, signals: tuple[int, ...] = _PASS_STOPS,
         The handlers replaced, per signal, for ``main`` to put back when it is done.
     """
     prefix = f"hpcdgnn: {command}: " if command.isalpha() else "hpcdgnn: "
+    says = _says_stops()  # now: MPI has not started, and the handler may run in the middle of an import
 
     def handler(signum, frame) -> None:
-        with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
-            os.write(2, f"{prefix}stopped by {signal.Signals(signum).name} while starting; nothing was written\n"
-                     .encode())
+        if says:
+            with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
+                os.write(2, f"{prefix}stopped by {signal.Signals(signum).name} while starting; nothing was written\n"
+                         .encode())
         os._exit(_stop_status(signum) if code is None else code)
 
     return _on_stop_signals(handler, signals)
@@ -531,7 +551,7 @@ def _main(argv: list[str] | None) -> int:
         from hpcdgnn import preemption
 
         preemption.hold()
-    elif command in ("embed", "predict"):  # before MPI starts: under mpirun each rank stops and says so alone
+    elif command in ("embed", "predict"):  # before MPI starts: under mpirun each rank stops, rank 0 says so
         _stop_while_starting(command, _PASS_STOPS, EXIT_PASS_STOPPED)  # _spmd_body's handlers replace it
     elif command is not None and command not in _SPMD_COMMANDS:
         starting = _stop_while_starting(command)  # before the parser's imports
@@ -556,7 +576,8 @@ def _main(argv: list[str] | None) -> int:
             from hpcdgnn.data.writer import remove_temporaries
 
             remove_temporaries()
-        print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
+        if _says_stops():
+            print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return _stop_status(n)
     except HpcdgnnError as e:
         from hpcdgnn.rank_zero import said_by_rank_0

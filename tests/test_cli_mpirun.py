@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,17 +25,34 @@ import os, subprocess, sys
 rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
 out = sys.argv[1]
 with open(f"{out}/out.{rank}", "w") as o, open(f"{out}/err.{rank}", "w") as e:
-    code = subprocess.run([sys.executable, "-m", "hpcdgnn", *sys.argv[2:]], stdout=o, stderr=e).returncode
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", *sys.argv[2:]], stdout=o, stderr=e)
+    open(f"{out}/pid.{rank}", "w").write(str(proc.pid))
+    code = proc.wait()
 open(f"{out}/rc.{rank}", "w").write(str(code))
 """
 
 
-def _each_rank(launcher, P: int, args: list[str], tmp_path: Path) -> list[tuple[int, str, str]]:
-    """``mpirun -np P python -m hpcdgnn ARGS``: each rank's (exit status, stdout, stderr)."""
+def _each_rank(launcher, P: int, args: list[str], tmp_path: Path, meanwhile=None) -> list[tuple[int, str, str]]:
+    """``mpirun -np P python -m hpcdgnn ARGS``: each rank's (exit status, stdout, stderr). ``meanwhile(pids)``, if
+    given, is called with the ranks' process ids once every rank started its command."""
     out = tmp_path / f"ranks-{len(list(tmp_path.glob('ranks-*')))}"
     out.mkdir()
     cmd = launcher.command(P, ["-c", _PER_RANK, str(out), *map(str, args)])
-    launch = run_launched(cmd, timeout=150, env=mpi_env(), cwd=REPO)
+    if meanwhile is None:
+        launch = run_launched(cmd, timeout=150, env=mpi_env(), cwd=REPO)
+    else:
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(),
+                              cwd=REPO, start_new_session=True) as proc:
+            try:
+                deadline = time.monotonic() + 120
+                while len(list(out.glob("pid.*"))) < P and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                meanwhile([int((out / f"pid.{r}").read_text()) for r in range(P)])
+                so, se = proc.communicate(timeout=150)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        launch = subprocess.CompletedProcess(cmd, proc.returncode, so, se)
     got = []
     for r in range(P):
         rc = out / f"rc.{r}"
@@ -92,3 +114,29 @@ def test_profile_under_mpirun_times_and_writes_on_rank_0_alone(launcher, tmp_pat
     assert [r[0] for r in ranks] == [0, 0], ranks
     assert ranks[0][1].count(f"saved {out}") == 1 and ranks[1][1:] == ("", ""), ranks
     assert out.is_file()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_stop_signal_to_every_rank_is_one_line(launcher, tmp_path, sig):
+    """``generate`` under mpirun -np 3 while rank 0 writes, every rank signalled as mpirun, srun or hpcdgnn-mpirun
+    (SIGUSR1: its relay of a Ctrl-C) signal them: each rank printed its own 'stopped by' line; now rank 0's is the
+    job's one line, every rank exits with the same status and nothing is left."""
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def signal_when_writing(pids: list[int]) -> None:
+        deadline = time.monotonic() + 120
+        while not list(data.glob(".g.tmp-*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(data.glob(".g.tmp-*")), "generate finished, or never started writing"
+        for pid in pids[::-1]:  # rank 0 last: the others hear their own signal before rank 0's word
+            os.kill(pid, sig)
+
+    ranks = _each_rank(launcher, 3, ["generate", "--output", data / "g", "--vertices", "400000", "--snapshots",
+                                     "128", "--density", "3", "--seed", "0"], tmp_path, signal_when_writing)
+    code = 130 if sig == signal.SIGUSR1 else 128 + sig
+    assert [r[0] for r in ranks] == [code] * 3, ranks
+    lines = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert lines == [f"hpcdgnn: generate: stopped by {signal.Signals(sig).name}; nothing it was writing is left"], \
+        ranks
+    assert list(data.iterdir()) == [], list(data.iterdir())
