@@ -70,11 +70,13 @@ _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WO
                    "JSM_NAMESPACE_RANK")
 
 
-def _says_stops() -> bool:
-    """Whether this process prints the line of a stop signal: not a rank other than 0 of an MPI job. A launcher
-    (mpirun, srun, hpcdgnn-mpirun's relay) signals every rank, and each printed the same line; rank 0's stands for
-    the job, and a rank signalled alone still exits with the status, which the launcher reports. The rank is MPI's
-    once it started, else the launcher's variable (read where no import is under way: a signal handler's call)."""
+def _speaks_for_job() -> bool:
+    """Whether this process prints a line that every rank of an MPI job would print alike: not a rank other than 0.
+    A stop signal's line: a launcher (mpirun, srun, hpcdgnn-mpirun's relay) signals every rank, and each printed
+    the same line; rank 0's stands for the job, and a rank signalled alone still exits with the status, which the
+    launcher reports. The parser's usage, help and errors: every rank parses the same command line. The rank is
+    MPI's once it started, else the launcher's variable (read where no import is under way: a signal handler's
+    call)."""
     MPI = sys.modules.get("mpi4py.MPI")
     if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
         return MPI.COMM_WORLD.Get_rank() == 0
@@ -94,7 +96,7 @@ def _stop_while_starting(command: str, signals: tuple[int, ...] = _PASS_STOPS,
     """Make a stop signal that comes while a command that has no handlers yet (prepare, generate, …, embed,
     predict) is starting — its parser imports torch and h5py, seconds on a cold file cache — print one line and
     exit, instead of ending it without a word (SIGTERM) or with a traceback (Ctrl-C); under mpirun rank 0 alone
-    prints it (:func:`_says_stops`), every rank exits. Nothing is written
+    prints it (:func:`_speaks_for_job`), every rank exits. Nothing is written
     before the command's own handlers are in, so the handler exits at once (``os._exit``): an exception raised in
     the middle of an import could be swallowed by C code, or leave a half-imported module behind. A signal the
     process was started ignoring (``cmd &`` in a script) stays ignored. ``run`` holds its signals instead
@@ -109,7 +111,7 @@ def _stop_while_starting(command: str, signals: tuple[int, ...] = _PASS_STOPS,
         The handlers replaced, per signal, for ``main`` to put back when it is done.
     """
     prefix = f"hpcdgnn: {command}: " if command.isalpha() else "hpcdgnn: "
-    says = _says_stops()  # now: MPI has not started, and the handler may run in the middle of an import
+    says = _speaks_for_job()  # now: MPI has not started, and the handler may run in the middle of an import
 
     def handler(signum, frame) -> None:
         if says:
@@ -380,13 +382,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return _on_rank_0("report", _REPORT_CLI_TAG, args, lambda: run_report(args))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage, help and errors rank 0 alone prints under mpirun (:func:`_speaks_for_job`):
+    a job script's ``srun`` printed them once per rank. Every rank still exits with the parser's status (2 for an
+    error). Its subcommands' parsers are of this class too (argparse makes them as the parent's)."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if _speaks_for_job():
+            super()._print_message(message, file)
+
+
 def _parser() -> argparse.ArgumentParser:
     from hpcdgnn.data.generate import add_generate_arguments, run_generate
     from hpcdgnn.data.inspect import add_inspect_arguments, run_inspect
     from hpcdgnn.data.prepare import add_prepare_arguments, run_prepare
     from hpcdgnn.data.validate import add_validate_arguments, run_validate
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m hpcdgnn", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Distributed training of dynamic graph neural networks over MPI.\n"
         "Every rank runs the same command: mpirun -np P python -m hpcdgnn run job.yaml\n"
@@ -576,7 +588,7 @@ def _main(argv: list[str] | None) -> int:
             from hpcdgnn.data.writer import remove_temporaries
 
             remove_temporaries()
-        if _says_stops():
+        if _speaks_for_job():
             print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return _stop_status(n)
     except HpcdgnnError as e:

@@ -140,3 +140,15 @@ def test_a_stop_signal_to_every_rank_is_one_line(launcher, tmp_path, sig):
     assert lines == [f"hpcdgnn: generate: stopped by {signal.Signals(sig).name}; nothing it was writing is left"], \
         ranks
     assert list(data.iterdir()) == [], list(data.iterdir())
+
+
+def test_the_parser_s_usage_help_and_errors_are_printed_once(launcher, dataset, tmp_path):
+    """argparse's usage and error lines (exit 2) and ``--help`` (exit 0), printed by every rank of a launch: by
+    rank 0 alone now, every rank exiting with the parser's status."""
+    ranks = _each_rank(launcher, 3, ["inspect", dataset, "--no-such-option"], tmp_path)
+    assert [r[0] for r in ranks] == [2, 2, 2], ranks
+    assert "error: unrecognized arguments: --no-such-option" in ranks[0][2], ranks
+    assert all(out == "" and err == "" for _, out, err in ranks[1:]), ranks
+    ranks = _each_rank(launcher, 2, ["--help"], tmp_path)
+    assert [r[0] for r in ranks] == [0, 0] and "usage: python -m hpcdgnn" in ranks[0][1], ranks
+    assert ranks[1][1:] == ("", ""), ranks
