@@ -313,9 +313,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    """Measure the machine rates the planner uses."""
-    from hpcdgnn.planner.command import run_calibrate
+    """Measure the machine rates the planner uses. Every rank measures (under mpirun the collectives need them
+    all), but rank 0 checks the options for the job first: a bad one was one line per rank."""
+    from hpcdgnn.planner.command import check_calibrate_arguments, run_calibrate
 
+    _on_rank_0("calibrate", _CALIBRATE_CLI_TAG, args, lambda: check_calibrate_arguments(args) or 0, writes=False)
     return run_calibrate(args)
 
 
@@ -331,6 +333,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 #: the MPI tags of rank 0's word to the other ranks about a command it runs for the whole job (:func:`_on_rank_0`):
 #: export, report and profile write files; inspect, validate, plan and check print a report
 _EXPORT_CLI_TAG, _REPORT_CLI_TAG, _PROFILE_CLI_TAG, _PRINT_CLI_TAG = 0x4ADC, 0x4ADD, 0x4ADE, 0x4ADF
+#: and about calibrate's options, which rank 0 checks for every rank before they all measure (:func:`_cmd_calibrate`)
+_CALIBRATE_CLI_TAG = 0x4AE0
 
 
 def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work, writes: bool = True) -> int:

@@ -152,3 +152,14 @@ def test_the_parser_s_usage_help_and_errors_are_printed_once(launcher, dataset, 
     ranks = _each_rank(launcher, 2, ["--help"], tmp_path)
     assert [r[0] for r in ranks] == [0, 0] and "usage: python -m hpcdgnn" in ranks[0][1], ranks
     assert ranks[1][1:] == ("", ""), ranks
+
+
+def test_a_bad_calibrate_option_under_mpirun_is_one_line(launcher, tmp_path):
+    """calibrate measures on every rank (the collectives need them all); its option checks ran on every rank too,
+    each printing the same error line. Now rank 0 checks for the job: one line, every rank exit 2, nothing
+    written."""
+    ranks = _each_rank(launcher, 3, ["calibrate", "--widths", "8", "0", "--out", tmp_path / "rates.json"], tmp_path)
+    assert [r[0] for r in ranks] == [2, 2, 2], ranks
+    lines = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert len(lines) == 1 and lines[0].startswith("hpcdgnn: error: calibrate --widths: 0 is no width"), ranks
+    assert not (tmp_path / "rates.json").exists()

@@ -10,8 +10,8 @@ import sys
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["add_calibrate_arguments", "add_plan_arguments", "label", "nothing_fits", "parse_size", "run_calibrate",
-           "run_plan", "size_text"]
+__all__ = ["add_calibrate_arguments", "add_plan_arguments", "check_calibrate_arguments", "label", "nothing_fits",
+           "parse_size", "run_calibrate", "run_plan", "size_text"]
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
           "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
@@ -155,6 +155,18 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
                 "with the ranks per node your jobs use.")
 
 
+def check_calibrate_arguments(args: argparse.Namespace) -> None:
+    """``calibrate``'s options, which every rank reads alike (whether its device is there is each node's own).
+
+    Raises:
+        ConfigError: ``calibrate --threads 0: ...``, ``calibrate --widths: ...``.
+    """
+    if args.threads < 1:
+        raise ConfigError(f"calibrate --threads {args.threads}: must be >= 1 (one rank's share of the cores)")
+    if min(args.widths) < 1:
+        raise ConfigError(f"calibrate --widths: {min(args.widths)} is no width; give widths >= 1 (e.g. 8 32 128)")
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     """Measure this machine's rates (and, under mpirun, the collectives at this P); merge them into the file."""
     import torch
@@ -166,10 +178,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.planner.samples import seconds_per_sampled_entry
     from hpcdgnn.planner.work import best_seconds, seconds_per_call, seconds_per_pair, seconds_per_rebuilt_entry
 
-    if args.threads < 1:
-        raise ConfigError(f"calibrate --threads {args.threads}: must be >= 1 (one rank's share of the cores)")
-    if min(args.widths) < 1:
-        raise ConfigError(f"calibrate --widths: {min(args.widths)} is no width; give widths >= 1 (e.g. 8 32 128)")
+    check_calibrate_arguments(args)
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("calibrate --device cuda: no GPU is visible here")
