@@ -18,20 +18,51 @@ import threading
 import time
 from collections.abc import Callable
 
-from hpcdgnn.comm.stats import payload_bytes
+import torch
 
-__all__ = ["BatchReservoir", "Stored"]
+from hpcdgnn.comm.stats import payload_bytes
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_nbytes
+
+__all__ = ["BatchReservoir", "Stored", "layout_bytes"]
+
+
+def layout_bytes(layout) -> int:
+    """Bytes a built layout holds (what ``max_mb`` caps, H4): its row sets, its sampled layers' Ã blocks
+    (:class:`~hpcdgnn.ops.sparse.NormalizedAdjacency`, with Ãᵀ where built) or, for graph-recurrent cells, the
+    rows (``cells``) and each step's adjacency among them (``graphs``: CSR arrays and the memoised operators
+    built so far). The arrays themselves are counted, whatever object holds them: a
+    :class:`NormalizedAdjacency` or a step graph is no array to :func:`payload_bytes`, which left a T-GCN
+    batch counted as its row ids alone."""
+    if layout is None:
+        return 0
+    total = payload_bytes([getattr(layout, "rows", None), getattr(layout, "cells", None)])
+    total += sum(a.nbytes for a in getattr(layout, "adj", None) or () if a is not None)
+    for g in getattr(layout, "graphs", None) or ():
+        total += payload_bytes([g.indptr, g.indices, g.values])
+        total += sum(_held_bytes(op) for op in g.ops.values())
+    return total
+
+
+def _held_bytes(obj) -> int:
+    """Array bytes of a memoised operator: tensors, arrays, :class:`NormalizedAdjacency`, nested in tuples."""
+    if isinstance(obj, NormalizedAdjacency):
+        return obj.nbytes
+    if isinstance(obj, (list, tuple)):
+        return sum(_held_bytes(x) for x in obj)
+    if isinstance(obj, torch.Tensor) and obj.layout == torch.sparse_csr:
+        return csr_nbytes(obj)
+    return payload_bytes(obj)
 
 
 class Stored:
-    """One stored batch: its serial, window, this rank's targets, the built layout and its bytes."""
+    """One stored batch: its serial, window, this rank's targets, the built layout and its bytes
+    (:func:`layout_bytes`, as built; operators memoised when it first trains are not counted)."""
 
     __slots__ = ("serial", "seq", "targets", "layout", "nbytes")
 
     def __init__(self, serial: int, seq, targets, layout) -> None:
         self.serial, self.seq, self.targets, self.layout = serial, seq, targets, layout
-        self.nbytes = payload_bytes([getattr(layout, "adj", None), getattr(layout, "rows", None),
-                                     getattr(layout, "cells", None)]) + targets.nbytes
+        self.nbytes = layout_bytes(layout) + targets.nbytes
 
 
 class BatchReservoir:

@@ -67,6 +67,36 @@ def test_reservoir_reuse_probability_is_stored_over_cap():
     assert rsv.p(1) == 1.0
 
 
+def test_a_stored_batch_counts_its_graphs_and_operators_not_only_its_row_ids():
+    """``max_mb`` and the record's ``reservoir.bytes`` count what a stored batch holds: a graph-recurrent
+    cell's step graphs among its rows (T-GCN, DynaHB's model) and a GCN layer's Ã blocks (and their transposes
+    once built), besides the row ids — before, a T-GCN batch of 2 steps counted as its 3 row ids and targets."""
+    from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_nbytes, gcn_norm
+    from hpcdgnn.strategies.reservoir import Stored
+    from hpcdgnn.strategies.sampling import RowsStepGraph
+
+    def arrays(*xs):
+        return sum(x.numel() * x.element_size() if isinstance(x, torch.Tensor) else x.nbytes for x in xs)
+
+    rows, targets = np.array([0, 4, 7]), np.array([4, 7])
+    indptr, indices = torch.tensor([0, 2, 3, 3]), torch.tensor([1, 2, 0])
+    values = torch.ones(3, dtype=torch.float64)
+    steps = [RowsStepGraph(t, indptr, indices, values, rows=rows) for t in range(2)]
+    cells = SimpleNamespace(cells=rows, graphs=steps)
+    graph_bytes = 2 * arrays(indptr, indices, values)
+    assert Stored(0, None, targets, cells).nbytes == arrays(rows, targets) + graph_bytes
+    # an operator memoised on a step graph (a restricted Ã, a CSR tensor) is held by the batch too
+    adj = gcn_norm(0, indptr, indices, values, torch.float64)
+    steps[0].ops["gcn"] = (adj.a, None)
+    assert Stored(0, None, targets, cells).nbytes == arrays(rows, targets) + graph_bytes + csr_nbytes(adj.a)
+    # sampled GCN layers: per layer its rows and its Ã block; Ãᵀ counts once the backward built it
+    lazy = NormalizedAdjacency(0, adj.a)  # Ãᵀ built on first use, as a sampled block's
+    gcn = SimpleNamespace(rows=[rows, targets], adj=[lazy, None])
+    assert Stored(0, None, targets, gcn).nbytes == arrays(rows, targets, targets) + csr_nbytes(adj.a)
+    lazy.transposed()
+    assert Stored(0, None, targets, gcn).nbytes == arrays(rows, targets, targets) + 2 * csr_nbytes(adj.a)
+
+
 # ---- H2: windows and steps
 
 
