@@ -97,6 +97,21 @@ def test_a_stored_batch_counts_its_graphs_and_operators_not_only_its_row_ids():
     assert Stored(0, None, targets, gcn).nbytes == arrays(rows, targets, targets) + 2 * csr_nbytes(adj.a)
 
 
+def test_generator_threads_are_at_most_one_per_action():
+    """``reservoir.threads`` beyond the actions: thread i builds actions i, i + threads, ..., so a thread past
+    the last action owns none; it is not started (before, each such thread polled every 10 ms for nothing)."""
+    import threading
+
+    cfg = SimpleNamespace(max_mb=1.0, threads=5)
+    rsv = BatchReservoir(cfg, [1, 1], lambda a, serial: SimpleNamespace(serial=serial, nbytes=8))
+    rsv.start()
+    try:
+        names = [t.name for t in threading.enumerate() if t.name.startswith("hpcdgnn-reservoir")]
+        assert sorted(names) == ["hpcdgnn-reservoir-0", "hpcdgnn-reservoir-1"]
+    finally:
+        rsv.close()
+
+
 # ---- H2: windows and steps
 
 
