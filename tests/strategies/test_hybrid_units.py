@@ -69,8 +69,8 @@ def test_reservoir_reuse_probability_is_stored_over_cap():
 
 def test_a_stored_batch_counts_its_graphs_and_operators_not_only_its_row_ids():
     """``max_mb`` and the record's ``reservoir.bytes`` count what a stored batch holds: a graph-recurrent
-    cell's step graphs among its rows (T-GCN, DynaHB's model) and a GCN layer's Ã blocks (and their transposes
-    once built), besides the row ids — before, a T-GCN batch of 2 steps counted as its 3 row ids and targets."""
+    cell's step graphs among its rows (GConvLSTM, DCRNN, ...) and a sampled GCN layer's Ã blocks (and their
+    transposes once built), besides the row ids — before, a batch counted as its row ids and targets alone."""
     from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_nbytes, gcn_norm
     from hpcdgnn.strategies.reservoir import Stored
     from hpcdgnn.strategies.sampling import RowsStepGraph
