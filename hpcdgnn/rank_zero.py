@@ -154,7 +154,8 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
         return done(word)
 
 
-def on_rank_0(tag: int, key: Any, work: Callable[[], T], words: Words, done: Callable[[str], T]) -> T:
+def on_rank_0(tag: int, key: Any, work: Callable[[], T], words: Words, done: Callable[[str], T],
+              made: Callable[[T], str] | None = None) -> T:
     """``work()`` once for the job: in a process alone, itself; under mpirun rank 0 does it
     (:func:`rank_0_does`) and every other rank returns ``done(made)`` on its word (:func:`await_rank_0`).
 
@@ -163,13 +164,15 @@ def on_rank_0(tag: int, key: Any, work: Callable[[], T], words: Words, done: Cal
         key: what this call does, as the other ranks compare it.
         words: the call's lines (``words.name`` names the job's world, :func:`job_world`).
         work: the call's work.
-        done: what another rank returns once rank 0 is done.
+        done: what another rank returns once rank 0 is done, given ``made``'s text (``""`` without it).
+        made: rank 0's short text of the work's result for the others (:func:`rank_0_does`): the adapters'
+            dataset fingerprint.
     """
     if not several_ranks():
         return work()
     world = job_world(words.name)
     if world.Get_rank() == 0:
-        return rank_0_does(world, tag, key, work, words)
+        return rank_0_does(world, tag, key, work, words, made)
     return await_rank_0(world, tag, key, words, done)
 
 

@@ -198,49 +198,39 @@ def once_per_job(function):
     """``function`` run by rank 0 alone when several MPI ranks call it: P ranks writing one ``output`` would race
     (one finds the directory another is writing, or replaces it under ``force=True``).
 
-    Rank 0 writes and tells every other rank, without waiting for them (:mod:`hpcdgnn.rank_zero`), so a script
-    that calls the adapter on rank 0 alone (``if rank == 0``) works as before; a rank that calls it waits for
-    rank 0's word about the same ``output`` (at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long
-    as the writing takes) and returns the manifest read back, or raises rank 0's error as its own.
+    Rank 0 writes and tells every other rank, without waiting for them (:func:`hpcdgnn.rank_zero.on_rank_0`), so
+    a script that calls the adapter on rank 0 alone (``if rank == 0``) works as before; a rank that calls it
+    waits for rank 0's word about the same ``output`` (at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then
+    as long as the writing takes) and returns the manifest read back (:func:`_read_back`), or raises rank 0's
+    error as its own.
     """
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         import inspect
 
-        from hpcdgnn.rank_zero import several_ranks
+        from hpcdgnn.rank_zero import on_rank_0
 
-        if _WRITING.get() or not several_ranks():
+        if _WRITING.get():  # from_temporal_data's from_arrays: written once per job by the outer call already
             return function(*args, **kwargs)
         try:
             output = inspect.signature(function).bind(*args, **kwargs).arguments["output"]
             key = os.path.abspath(_output(output, function.__name__))
-        except (TypeError, KeyError, DataError):  # the call itself is wrong: every rank says so alike
+        except (TypeError, KeyError, DataError, OSError):  # the call itself is wrong: every rank says so alike
             return function(*args, **kwargs)
-        from hpcdgnn.comm.world import init_mpi
-        from hpcdgnn.rank_zero import job_world
 
-        world = job_world(function.__name__)
-        MPI = init_mpi()
-        if world.Get_rank() == 0:
-            return _write_and_tell(world, MPI, key, function, args, kwargs)
-        return _await_rank_0(world, MPI, key, function.__name__)
+        def write():
+            token = _WRITING.set(True)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                _WRITING.reset(token)
+
+        name = function.__name__
+        return on_rank_0(_TAG, key, write, _words(name), lambda written: _read_back(key, name, written),
+                         made=lambda _: _fingerprint(key))
 
     return wrapper
-
-
-def _write_and_tell(world, MPI, key: str, function, args, kwargs):
-    """Rank 0's part of :func:`once_per_job`."""
-    from hpcdgnn.rank_zero import rank_0_does
-
-    def write():
-        token = _WRITING.set(True)
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _WRITING.reset(token)
-
-    return rank_0_does(world, _TAG, key, write, _words(function.__name__), made=lambda _: _fingerprint(key))
 
 
 def _fingerprint(output: str) -> str:
@@ -251,25 +241,28 @@ def _fingerprint(output: str) -> str:
     return hashlib.sha256((Path(output) / "manifest.json").read_bytes()).hexdigest()
 
 
-def _await_rank_0(world, MPI, key: str, name: str):
-    """The other ranks' part of :func:`once_per_job`: rank 0's word about ``key``, its manifest or its error."""
-    from hpcdgnn.rank_zero import await_rank_0
+def _read_back(key: str, name: str, written: str):
+    """Another rank's part of :func:`once_per_job` once rank 0 has written ``key``: the manifest there, checked
+    against rank 0's fingerprint of it (``written``; ``""``: none to check).
 
-    def read_back(written: str):
-        where = "output must be on a filesystem every rank reads"
-        try:
-            m = _load_written(key)
-            seen = _fingerprint(key)
-        except (DataError, OSError) as e:  # rank 0 wrote it where this rank does not see it (a node-local directory)
-            raise DataError(f"{name}: rank 0 wrote {key}, which rank {world.Get_rank()} cannot read ({e}): under "
-                            f"mpirun rank 0 writes the dataset, so {where}") from None
-        if written and seen != written:  # a node-local directory of the same name, holding an older dataset
-            raise DataError(f"{name}: rank 0 wrote {key}, but rank {world.Get_rank()} reads another dataset there "
-                            f"(its manifest.json differs: a node-local directory holding an older one): under mpirun "
-                            f"rank 0 writes the dataset, so {where}")
-        return m
+    Raises:
+        DataError: this rank cannot read ``key``, or reads another dataset there than rank 0 wrote.
+    """
+    from hpcdgnn.comm.world import world_rank_size
 
-    return await_rank_0(world, _TAG, key, _words(name), read_back)
+    rank = world_rank_size()[0]
+    where = "output must be on a filesystem every rank reads"
+    try:
+        m = _load_written(key)
+        seen = _fingerprint(key)
+    except (DataError, OSError) as e:  # rank 0 wrote it where this rank does not see it (a node-local directory)
+        raise DataError(f"{name}: rank 0 wrote {key}, which rank {rank} cannot read ({e}): under "
+                        f"mpirun rank 0 writes the dataset, so {where}") from None
+    if written and seen != written:  # a node-local directory of the same name, holding an older dataset
+        raise DataError(f"{name}: rank 0 wrote {key}, but rank {rank} reads another dataset there "
+                        f"(its manifest.json differs: a node-local directory holding an older one): under mpirun "
+                        f"rank 0 writes the dataset, so {where}")
+    return m
 
 
 def _sparse_ids(src: np.ndarray, dst: np.ndarray, n: int) -> str:
@@ -850,7 +843,7 @@ def _noted(manifest, output):
 def _warn(text: str) -> None:
     """A ``UserWarning`` at the caller's line: the first frame outside this module and :mod:`hpcdgnn.rank_zero`. A
     fixed ``stacklevel`` pointed into this file when one adapter calls another (from_temporal_data -> from_arrays)
-    or rank 0 writes under MPI (:func:`_write_and_tell`)."""
+    or rank 0 writes under MPI (:func:`once_per_job`)."""
     import hpcdgnn.rank_zero
 
     ours = (__file__, hpcdgnn.rank_zero.__file__)

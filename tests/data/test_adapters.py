@@ -669,14 +669,23 @@ class _Rank1:
         return 1
 
 
+def _await_rank_0(world, key: str, name: str):
+    """What :func:`hpcdgnn.data.adapters.once_per_job` does on a rank other than 0 (:func:`hpcdgnn.rank_zero.
+    on_rank_0`'s part for it), on ``world`` as rank 1."""
+    from hpcdgnn.data.adapters import _TAG, _read_back, _words
+    from hpcdgnn.rank_zero import await_rank_0
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hpcdgnn.comm.world.world_rank_size", lambda: (1, 2))
+        return await_rank_0(world, _TAG, key, _words(name), lambda written: _read_back(key, name, written))
+
+
 def test_a_rank_that_cannot_read_rank_0_s_dataset_is_told_rank_0_wrote_it(tmp_path):
     """An output on a node-local directory: rank 0 wrote it, and another node's rank said only "dataset directory
     does not exist", as if the write had failed; now it says rank 0 wrote it and the filesystem must be shared."""
-    from hpcdgnn.data.adapters import _await_rank_0
-
     key = str(tmp_path / "local")
     with pytest.raises(DataError) as e:
-        _await_rank_0(_Rank1((key, None), (key, "")), None, key, "from_arrays")
+        _await_rank_0(_Rank1((key, None), (key, "")), key, "from_arrays")
     assert str(e.value).startswith(f"from_arrays: rank 0 wrote {key}, which rank 1 cannot read ({key}: "), e.value
     assert str(e.value).endswith("output must be on a filesystem every rank reads"), e.value
 
@@ -684,12 +693,10 @@ def test_a_rank_that_cannot_read_rank_0_s_dataset_is_told_rank_0_wrote_it(tmp_pa
 def test_a_rank_given_another_output_than_rank_0_s_is_told_which_rank_0_wrote(tmp_path, monkeypatch):
     """Each rank given its own output (``f"data{rank}"``): rank 1 waited HPCDGNN_START_TIMEOUT, then said rank 0 did
     not make the call, which it had; now the line names the output rank 0 wrote."""
-    from hpcdgnn.data.adapters import _await_rank_0
-
     monkeypatch.setenv("HPCDGNN_START_TIMEOUT", "0.05")
     mine, theirs = str(tmp_path / "data1"), str(tmp_path / "data0")
     with pytest.raises(DataError) as e:
-        _await_rank_0(_Rank1((theirs, None), (theirs, "")), None, mine, "from_arrays")
+        _await_rank_0(_Rank1((theirs, None), (theirs, "")), mine, "from_arrays")
     assert f"rank 0 did not start writing {mine} within 0.05 s (HPCDGNN_START_TIMEOUT) (it wrote {theirs}: if in " \
            "this call, every rank must give the same output)" in str(e.value), e.value
 
