@@ -389,3 +389,34 @@ def test_a_resume_embed_and_predict_leave_the_caller_s_numpy_and_python_rngs_whe
         random.seed(7)
         call()
         assert (np.random.random(), random.random()) == want
+
+
+def test_what_an_adapter_returns_is_a_job_s_data_path(tmp_path, monkeypatch):
+    """A notebook passes on what ``from_arrays`` returned, ``{"data": {"path": m}}``: it was refused ("data.path:
+    Manifest ... is not a job value"), only the string given as ``output`` was taken. The manifest the adapters
+    return is also its directory's path (``os.PathLike``), and equal to the one read back, as before."""
+    import os
+    import pickle
+
+    from hpcdgnn.data.adapters import from_arrays, from_temporal_data
+    from hpcdgnn.data.events import EventManifest, load_event_manifest
+    from hpcdgnn.data.manifest import Manifest, load_manifest
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    src, dst, t = rng.integers(0, 30, 600), rng.integers(0, 30, 600), rng.random(600)
+    m = from_arrays(src, dst, t, "data/mine", snapshots=6)
+    assert isinstance(m, Manifest) and os.fspath(m) == str(tmp_path / "data" / "mine") and m.num_snapshots == 6
+    assert m == load_manifest("data/mine") and load_manifest("data/mine") == m
+    assert pickle.loads(pickle.dumps(m)) == m and os.fspath(pickle.loads(pickle.dumps(m))) == os.fspath(m)
+    events = from_temporal_data({"src": src, "dst": dst, "t": np.sort(t)}, tmp_path / "events")
+    assert isinstance(events, EventManifest) and events == load_event_manifest(tmp_path / "events")
+    assert os.fspath(events) == str(tmp_path / "events")
+
+    job = {"data": {"path": m}, "model": {"name": "cdgcn", "hidden": 8}, "task": {"name": "link_prediction"},
+           "train": {"epochs": 1}}
+    by_manifest = hpcdgnn.train(job, output="a")
+    by_string = hpcdgnn.train({**job, "data": {"path": "data/mine"}}, output="b")
+    by_override = hpcdgnn.train({**job, "data": {"path": "elsewhere"}}, overrides={"data.path": m}, output="c")
+    assert by_manifest.losses == by_string.losses == by_override.losses
+    assert by_manifest.job.data.path == by_override.job.data.path == os.fspath(m)

@@ -37,9 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from hpcdgnn.data.events import EventManifest
+from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import DataError
 
-__all__ = ["from_arrays", "from_signal", "from_temporal_data", "from_tgb"]
+__all__ = ["WrittenEventManifest", "WrittenManifest", "from_arrays", "from_signal", "from_temporal_data", "from_tgb"]
 
 
 def _numpy(value: Any, name: str, where: str) -> np.ndarray:
@@ -227,10 +229,63 @@ def once_per_job(function):
                 _WRITING.reset(token)
 
         name = function.__name__
-        return on_rank_0(_TAG, key, write, _words(name), lambda written: _read_back(key, name, written),
-                         made=lambda _: _fingerprint(key))
+        return _located(on_rank_0(_TAG, key, write, _words(name), lambda written: _read_back(key, name, written),
+                                  made=lambda _: _fingerprint(key)), key)
 
     return wrapper
+
+
+class _Located:
+    """A dataset's manifest that is also the path of its directory (``os.PathLike``): what an adapter returns,
+    so that it goes where a path goes — ``hpcdgnn.train({"data": {"path": m}, ...})``, ``overrides={"data.path":
+    m}``, ``Path(m)``, ``open(Path(m) / "manifest.json")`` — as the string given as ``output`` would. It is the
+    manifest otherwise: an instance of its class (:class:`~hpcdgnn.data.manifest.Manifest` or
+    :class:`~hpcdgnn.data.events.EventManifest`), equal to the same manifest read back by ``load_manifest``."""
+
+    #: the manifest class this one extends
+    _MANIFEST: type
+
+    @property
+    def path(self) -> Path | None:
+        """The dataset's directory, absolute (None for a copy made by ``dataclasses.replace``: no longer the
+        manifest written there)."""
+        return self.__dict__.get("_written_to")
+
+    def __fspath__(self) -> str:
+        if self.path is None:
+            raise TypeError(f"{type(self).__name__}: a changed copy of a written manifest is no dataset's path")
+        return str(self.path)
+
+    def __eq__(self, other: Any) -> bool:
+        # the dataclass's __eq__ compares classes exactly: a manifest read back (the plain class) was never equal
+        if not isinstance(other, self._MANIFEST):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(self._MANIFEST))
+
+    __hash__ = None  # as the dataclass's: a manifest holds lists
+
+
+class WrittenManifest(_Located, Manifest):
+    """A snapshot dataset's :class:`~hpcdgnn.data.manifest.Manifest`, also its directory's path
+    (:class:`_Located`)."""
+
+    _MANIFEST = Manifest
+
+
+class WrittenEventManifest(_Located, EventManifest):
+    """An event dataset's :class:`~hpcdgnn.data.events.EventManifest`, also its directory's path
+    (:class:`_Located`)."""
+
+    _MANIFEST = EventManifest
+
+
+def _located(manifest: Manifest | EventManifest, output: str) -> WrittenManifest | WrittenEventManifest:
+    """``manifest`` as the path of ``output`` too (:class:`_Located`), its fields the same objects."""
+    kind = WrittenEventManifest if isinstance(manifest, EventManifest) else WrittenManifest
+    located = object.__new__(kind)
+    located.__dict__.update(manifest.__dict__)  # a frozen dataclass's fields: set as its own __init__ sets them
+    located.__dict__["_written_to"] = Path(output)
+    return located
 
 
 def _fingerprint(output: str) -> str:
@@ -358,7 +413,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
             ``split``, ``shard_events``, ``time_unit`` (events).
 
     Returns:
-        The dataset's manifest.
+        The dataset's manifest, also the path of ``output`` (:class:`WrittenManifest`, or
+        :class:`WrittenEventManifest` for events): ``data.path`` of a job takes it.
 
     Raises:
         DataError: one line naming the array and the entry: ids beyond N or negative, negative or non-finite
@@ -485,7 +541,7 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
             ``data.num_nodes``).
 
     Returns:
-        The event dataset's manifest.
+        The event dataset's manifest, also the path of ``output`` (:class:`WrittenEventManifest`).
 
     Raises:
         DataError: as :func:`from_arrays`, or the data lacks ``src``, ``dst`` or ``t``; a mapping with a key of
@@ -580,6 +636,9 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
         force: replace a non-empty ``output``.
         shard_size: snapshots per shard file.
         reverse_edges: store each edge as (v, u), so that a vertex sums its in-neighbours, as PyG's layers do.
+
+    Returns:
+        The dataset's manifest, also the path of ``output`` (:class:`WrittenManifest`).
 
     Raises:
         DataError: steps that disagree in N or F, features that are not (N, F) or (N, F, L), targets of another
@@ -687,7 +746,8 @@ def from_tgb(dataset, output: str | Path, *, force: bool = False, shard_events: 
             integer times.
 
     Returns:
-        The event dataset's manifest (``eval_negatives`` set).
+        The event dataset's manifest (``eval_negatives`` set), also the path of ``output``
+        (:class:`WrittenEventManifest`).
 
     Raises:
         DataError: one line naming the file, or the argument: no TGB directory (or a ``dataset`` that is

@@ -584,7 +584,11 @@ events = from_temporal_data(SimpleNamespace(src=src, dst=dst, t=t, msg=None, num
 steps = [rng.random((5, 2)) for _ in range(3)]
 signal = from_signal(SimpleNamespace(edge_index=np.array([[0, 1], [1, 2]]), edge_weight=None, features=steps,
                                      targets=[s[:, 0] for s in steps]), out + "/signal")
-print("WROTE", snaps.num_snapshots, events.num_events, signal.num_snapshots, flush=True)
+import os
+# what every rank returns is also the path of the dataset rank 0 wrote (data.path takes it)
+print("WROTE", snaps.num_snapshots, events.num_events, signal.num_snapshots,
+      [os.fspath(m) == os.path.abspath(f"{out}/{name}") for m, name in ((snaps, "snaps"), (events, "events"))],
+      flush=True)
 try:
     from_arrays(src, dst, t, out + "/bad", snapshots=4, num_vertices=3)
 except DataError as e:
@@ -602,7 +606,7 @@ def test_every_rank_calling_an_adapter_writes_the_dataset_once(tmp_path, launche
     script.write_text(_SPMD_SCRIPT)
     proc = launcher.run(2, [str(script), str(tmp_path / "out")], timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("WROTE 4 300 3") == 2
+    assert proc.stdout.count("WROTE 4 300 3 [True, True]") == 2, proc.stdout
     assert proc.stdout.count("REFUSED from_arrays: src: vertex id") == 2
     assert proc.stdout.count("WARNED HERE [True]") == 1, proc.stdout
     assert not (tmp_path / "out" / "bad").exists()
