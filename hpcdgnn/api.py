@@ -335,7 +335,8 @@ def load_run(run_dir: str | os.PathLike) -> TrainedRun:
     """A finished (or pre-empted) run, from its directory: what :func:`train` returned for it.
 
     Args:
-        run_dir: the run directory (``config.resolved.yaml``, ``metrics.jsonl``, ``checkpoints/``).
+        run_dir: the run directory (``config.resolved.yaml``, ``metrics.jsonl``, ``checkpoints/``); ``~`` is
+            the home directory, as in every path argument of this API.
 
     Returns:
         The run; its model and task head are loaded from the newest checkpoint when first asked for.
@@ -351,10 +352,14 @@ def load_run(run_dir: str | os.PathLike) -> TrainedRun:
 
 
 def _path_argument(value: Any, name: str, required: bool = False, advice: str = "") -> str | None:
-    """A path argument as a string (None stays None unless ``required``); another type is refused in one line
-    naming ``name``, ending in ``advice``."""
+    """A path argument as a string, ``~`` expanded (None stays None unless ``required``); another type is refused
+    in one line naming ``name``, ending in ``advice``.
+
+    ``~/runs/x`` is what a user types from the docs' command lines, where the shell expands it; Python's
+    ``open()`` does not, so ``load_run("~/runs/x")`` looked for ``./~/runs/x``. Expanded as ``pathlib``'s
+    ``expanduser`` and most tools taking paths from Python do (a directory named ``~`` is ``./~``)."""
     if isinstance(value, str | os.PathLike) or value is None and not required:
-        return None if value is None else os.fspath(value)
+        return None if value is None else os.path.expanduser(os.fspath(value))
     raise ConfigError(f"{name}: {type(value).__name__} {short_repr(value)} is not a path (give a str or "
                       f"os.PathLike){advice}")
 
@@ -477,6 +482,8 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
         if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
             raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path, a mapping of "
                               "sections (a dict) or a JobConfig (a run's job)")
+        if isinstance(job, str | os.PathLike):  # a job file's path: ~ expanded, as every path argument's
+            job = _path_argument(job, "job")
         if isinstance(job, str) and _yaml_text(job):
             raise ConfigError(f"job: {short_repr(job)} is YAML text, not a job file: pass yaml.safe_load(text) (a "
                               "mapping) or the file's path")

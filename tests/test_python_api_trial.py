@@ -420,3 +420,21 @@ def test_what_an_adapter_returns_is_a_job_s_data_path(tmp_path, monkeypatch):
     by_override = hpcdgnn.train({**job, "data": {"path": "elsewhere"}}, overrides={"data.path": m}, output="c")
     assert by_manifest.losses == by_string.losses == by_override.losses
     assert by_manifest.job.data.path == by_override.job.data.path == os.fspath(m)
+
+
+def test_a_path_argument_s_tilde_is_the_home_directory(tmp_path, small_dataset, monkeypatch):
+    """``load_run("~/runs/x")``, as a user types a path from the docs' command lines, looked for ``./~/runs/x``
+    ("not a finished hpcdgnn run directory"); ``train(output="~/...")`` wrote a directory named ``~`` in the
+    working directory. ``~`` is the home directory in every path argument, as pathlib's ``expanduser`` has it."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    write_job(home / "job.yaml", small_dataset, train={"epochs": 1})
+    run = hpcdgnn.train("~/job.yaml", output="~/runs/x")
+    assert run.dir == home / "runs" / "x" and not (work / "~").exists()
+    again = hpcdgnn.load_run("~/runs/x")
+    assert again.dir == run.dir and again.losses == run.losses
+    assert again.export(csv="~/x.csv") == {"csv": home / "x.csv"} and (home / "x.csv").is_file()
+    assert hpcdgnn.train(None, resume="~/runs/x", overrides=["train.epochs=2"]).dir == run.dir
+    assert not (work / "~").exists()
