@@ -85,10 +85,11 @@ def _whole(value: Any, name: str, where: str) -> int:
 
 
 def _output(value: Any, where: str) -> Path:
-    """The dataset directory given as a path (str or ``os.PathLike``); another type (None, a number) is one line,
-    not pathlib's ``TypeError`` from inside the writer."""
+    """The dataset directory given as a path (str or ``os.PathLike``), ``~`` the home directory (as in
+    :func:`hpcdgnn.train`'s paths: ``"~/data/mine"`` made ``./~/data/mine``); another type (None, a number) is
+    one line, not pathlib's ``TypeError`` from inside the writer."""
     if isinstance(value, (str, os.PathLike)):
-        return Path(value)
+        return Path(value).expanduser()
     raise DataError(f"{where}: output: {type(value).__name__} {value!r} is not a path (give a str or os.PathLike)")
 
 
@@ -766,6 +767,7 @@ def from_tgb(dataset, output: str | Path, *, force: bool = False, shard_events: 
     if not isinstance(root, (str, os.PathLike)):
         raise DataError(f"{where}: dataset: {type(dataset).__name__} {dataset!r:.60} is not TGB's dataset directory "
                         "(give its path, or TGB's LinkPropPredDataset)")
+    root = os.path.expanduser(root)  # ~ as in output
     options = _checked_options({"force": force, "shard_events": shard_events}, where)
     check_output(output, options["force"], (root,))  # before reading TGB's files, which may be large
     return _noted(prepare_tgb(root, output, time_unit=time_unit, **options), output)

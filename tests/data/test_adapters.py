@@ -729,3 +729,18 @@ def test_from_temporal_data_s_errors_name_its_own_arguments(tmp_path, data, opti
     assert words in str(e.value) and "from_arrays:" not in str(e.value) and "edge_features" not in str(e.value), e
     assert not (tmp_path / "out").exists()
     from_temporal_data({"src": [0, 1], "dst": [1, 2], "t": [0, 1]}, tmp_path / "ok", kind="events")  # as it is
+
+
+def test_an_output_s_tilde_is_the_home_directory(tmp_path, monkeypatch):
+    """``from_arrays(..., "~/data/mine")`` wrote ``./~/data/mine`` in the working directory, where
+    ``hpcdgnn.train``'s ``~`` (and a shell's) is the home directory; now the adapters' is too."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    src, dst, t = _events()
+    m = from_arrays(src, dst, t, "~/data/mine", snapshots=4)
+    e = from_temporal_data({"src": src, "dst": dst, "t": t}, "~/events")
+    assert (home / "data" / "mine" / "manifest.json").is_file() and (home / "events").is_dir()
+    assert [str(p) for p in (m.path, e.path)] == [str(home / "data" / "mine"), str(home / "events")]
+    assert not (work / "~").exists()
