@@ -352,18 +352,13 @@ def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work, writes: bool
         writes: the command writes files (export, report, profile); else it prints (inspect, plan, ...), which
             the lines of a rank that waited in vain for rank 0 say.
     """
-    from hpcdgnn.rank_zero import Words, await_rank_0, job_world, rank_0_does, several_ranks
+    from hpcdgnn.rank_zero import Words, on_rank_0
 
-    if not several_ranks():
-        return work()
     key = f"{name} " + " ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items()) if k != "func")
     words = (Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files") if writes else
              Words(name, "running", "ran", "arguments", f"rank 0 prints {name}'s report"))
-    world = job_world(name)
-    # rank_zero.on_rank_0 with rank 0's exit status told: a command may return 2 without raising
-    if world.Get_rank() == 0:
-        return rank_0_does(world, tag, key, work, words, made=lambda code: str(int(code)))
-    return await_rank_0(world, tag, key, words, lambda made: int(made or 0))
+    # rank 0's exit status told: a command may return 2 without raising
+    return on_rank_0(tag, key, work, words, lambda made: int(made or 0), made=lambda code: str(int(code)))
 
 
 def _printed_once(name: str, run):
@@ -585,6 +580,9 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
         return code
     except KeyboardInterrupt as e:
+        # stopping now: a further signal must not raise in here (a rank told of rank 0's stop before its own
+        # signal came, hpcdgnn.rank_zero, would print a traceback)
+        _on_stop_signals(lambda *_: None, _PASS_STOPS)
         n = getattr(e, "signum", signal.SIGINT)
         # the dataset writers remove their hidden directory on the way out; the other commands write in place
         kept = "; nothing it was writing is left" if args.command in ("prepare", "generate") else ""

@@ -450,7 +450,7 @@ def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: 
             if note:
                 note.write(name)
             sys.stderr.write(f"hpcdgnn-mpirun: {name}: passed to the ranks as SIGUSR1 (a run checkpoints and stops at "
-                             f"the next epoch boundary or between mini-batches, exit 75; embed and predict stop, exit "
+                             f"the next epoch boundary or between mini-batches, exit 75; the other commands stop, exit "
                              f"130); {name} again stops them at once\n")
             signum = signal.SIGUSR1
         elif signum == signal.SIGUSR1 and note and not asked:

@@ -43,8 +43,10 @@ _EXIT_PREEMPTED = 75
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGINT during a one-process command (prepare, generate, …): unwinds like Ctrl-C, so that what
-    the command was writing is removed on the way out (the writers' ``except BaseException``)."""
+    """SIGTERM, SIGINT or SIGUSR1 (hpcdgnn-mpirun's relay of either) during a one-process command (prepare,
+    generate, …): unwinds like Ctrl-C, so that what the command was writing is removed on the way out (the writers'
+    ``except BaseException``). Under mpirun also a rank's when rank 0's work for the job stopped so
+    (:mod:`hpcdgnn.rank_zero`)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)

@@ -7,8 +7,9 @@ tells every other rank, with non-blocking sends, that it started, then that it f
 makes the call waits for rank 0's word about the same call (its ``key``) and returns, or raises rank 0's error
 as its own. A word is ``(key, None)`` on starting, ``(key, "")`` on success (or a short text of the result:
 ``rank_0_does``'s ``made``), ``(key, (error type, line))`` on a failure (``(error type, line, True)`` where rank 0
-raises that error itself, :func:`said_by_rank_0`): a few hundred bytes, which MPI sends at once whether or not the
-other rank ever receives them.
+raises that error itself, :func:`said_by_rank_0`), ``(key, ("stopped", signal number))`` where a stop signal ended
+rank 0's work (the others stop as it did, :class:`hpcdgnn.preemption.Stopped`): a few hundred bytes, which MPI
+sends at once whether or not the other rank ever receives them.
 
 Rank 0 never learns whether the others made the call, so a rank given other arguments than rank 0 cannot be
 told at once (rank 0 alone with those arguments, and then all ranks with these, would read the same to it): it
@@ -17,6 +18,7 @@ waits ``HPCDGNN_START_TIMEOUT`` for its own, then names what rank 0 did meanwhil
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +34,10 @@ T = TypeVar("T")
 #: rank 0's sends, kept until done (their buffers must live that long); never waited for: a rank that did not
 #: make the call never receives them
 _SENT: list[Any] = []
+
+#: the first item of rank 0's word that a stop signal (Ctrl-C, scancel's SIGTERM, hpcdgnn-mpirun's SIGUSR1) ended
+#: its work
+_STOP = "stopped"
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,12 @@ def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words,
     except HpcdgnnError as e:
         tell((type(e), str(e), True))  # the same error, which rank 0 raises (and the command line prints) too
         raise
-    except BaseException as e:  # a crash or an interrupt: the others must not wait for the work
+    except KeyboardInterrupt as e:
+        # the job's stop, which the others share: told as an error, a rank that heard it before its own signal
+        # printed rank 0's stop as an error line and exited 2, where the others exited with the signal's status
+        tell((_STOP, getattr(e, "signum", signal.SIGINT)))
+        raise
+    except BaseException as e:  # a crash: the others must not wait for the work
         tell((DataError, f"{words.name}: rank 0 stopped {words.doing} {key}: {type(e).__name__}: {e}".rstrip(": ")))
         raise
     tell(said)
@@ -123,6 +134,8 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
     Raises:
         HpcdgnnError: rank 0's error; :class:`~hpcdgnn.errors.DataError` where rank 0 did not start within the
             timeout.
+        hpcdgnn.preemption.Stopped: rank 0's signal, where one stopped its work (this rank's status then is
+            rank 0's; a command line leaves the line to rank 0).
     """
     from hpcdgnn.comm.world import start_timeout
 
@@ -146,6 +159,10 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
         if word is None:
             started = True
             continue
+        if isinstance(word, tuple) and word[0] == _STOP:
+            from hpcdgnn.preemption import Stopped
+
+            raise Stopped(word[1])
         if isinstance(word, tuple):
             kind, line, *same = word
             err = kind(line)

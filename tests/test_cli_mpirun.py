@@ -116,11 +116,14 @@ def test_profile_under_mpirun_times_and_writes_on_rank_0_alone(launcher, tmp_pat
     assert out.is_file()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
-def test_a_stop_signal_to_every_rank_is_one_line(launcher, tmp_path, sig):
+@pytest.mark.parametrize("sig,who", [(signal.SIGUSR1, "rank 0 last"), (signal.SIGTERM, "rank 0 last"),
+                                     (signal.SIGUSR1, "rank 0 alone"), (signal.SIGTERM, "rank 0 first")])
+def test_a_stop_signal_to_every_rank_is_one_line(launcher, tmp_path, sig, who):
     """``generate`` under mpirun -np 3 while rank 0 writes, every rank signalled as mpirun, srun or hpcdgnn-mpirun
     (SIGUSR1: its relay of a Ctrl-C) signal them: each rank printed its own 'stopped by' line; now rank 0's is the
-    job's one line, every rank exits with the same status and nothing is left."""
+    job's one line, every rank exits with the same status and nothing is left. A rank that hears of rank 0's stop
+    before its own signal comes (rank 0 signalled first, or alone: ``kill`` of its process) printed
+    'error: generate: rank 0 stopped writing …: Stopped' and exited 2; now it stops as rank 0 did, silently."""
     data = tmp_path / "data"
     data.mkdir()
 
@@ -129,7 +132,7 @@ def test_a_stop_signal_to_every_rank_is_one_line(launcher, tmp_path, sig):
         while not list(data.glob(".g.tmp-*")) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert list(data.glob(".g.tmp-*")), "generate finished, or never started writing"
-        for pid in pids[::-1]:  # rank 0 last: the others hear their own signal before rank 0's word
+        for pid in {"rank 0 last": pids[::-1], "rank 0 first": pids, "rank 0 alone": pids[:1]}[who]:
             os.kill(pid, sig)
 
     ranks = _each_rank(launcher, 3, ["generate", "--output", data / "g", "--vertices", "400000", "--snapshots",
