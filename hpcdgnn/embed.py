@@ -399,7 +399,7 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
         pairs_task = predicts == "pairs"
         if pairs_task != given:
             raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name} "
-                              + ("scores pairs (rows t, u, v): give --pairs FILE"
+                              + ("scores pairs (rows u, v, t): give --pairs FILE"
                                  + ("; only node tasks take --split" if getattr(args, "split_given", False) else "")
                                  if pairs_task else "predicts node targets: give --split, not --pairs"))
         if pairs_task and getattr(args, "split_given", False):

@@ -32,7 +32,7 @@ def test_embed_and_predict_messages_advise_the_api_s_arguments(tmp_path, small_d
         assert str(_named(ConfigError(message), None, _PASS_ARGUMENTS)) == want
     monkeypatch.chdir(tmp_path)
     run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1}), output="r")
-    with pytest.raises(ConfigError, match=r"link_prediction scores pairs \(rows t, u, v\): give pairs=FILE$") as e:
+    with pytest.raises(ConfigError, match=r"link_prediction scores pairs \(rows u, v, t\): give pairs=FILE$") as e:
         run.predict(tmp_path / "s.csv")
     assert "--" not in str(e.value)
     # a node task's split given to a pair task: said (it was only "give pairs=FILE")

@@ -156,7 +156,7 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
         (["embed", run, "--set", "strategy.name=sequences", "--split", "train", "--output", tmp_path / "a.h5"],
          "--split train: strategy sequences computes Z_t of the val and test steps only"),
         (["predict", run, "--split", "test", "--output", tmp_path / "a.csv"],
-         "scores pairs (rows t, u, v): give --pairs FILE; only node tasks take --split"),
+         "scores pairs (rows u, v, t): give --pairs FILE; only node tasks take --split"),
         (["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], "unreadable"),
         (["embed", run, "--output", tmp_path / "a.npz"], "a.npz.tmp exists"),
         # the node memory and its partition are the run's own: another i x j x k cannot restore them
