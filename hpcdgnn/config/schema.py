@@ -6,6 +6,7 @@ rules raise ``ValueError`` in ``__post_init__``, which ``load_job`` prefixes wit
 
 from __future__ import annotations
 
+import os
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
@@ -49,14 +50,25 @@ _FLOAT_MAX = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e30
 MAX_SECONDS = 1e9
 
 
+def _home(section: object, *names: str) -> None:
+    """``~`` and ``~user`` at the start of the path options ``names`` of a frozen ``section``, as the home
+    directory: a job file (or ``--set``) is read by no shell, and the run would otherwise look for, or make, a
+    directory named ``~`` in the working directory (the Python API's path arguments expand it too)."""
+    for name in names:
+        object.__setattr__(section, name, os.path.expanduser(getattr(section, name)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """``data:`` the dataset directory written by ``prepare`` or ``generate``."""
 
     path: str = ""
-    """Dataset directory (relative paths are relative to the working directory)."""
+    """Dataset directory (relative paths are relative to the working directory; ``~`` is the home directory)."""
     validate: Literal["checksum", "structure"] = "checksum"
     """Rank 0's check before training: ``checksum`` also hashes every shard (sha256); ``structure`` skips that."""
+
+    def __post_init__(self) -> None:
+        _home(self, "path")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -591,6 +603,7 @@ class OutputConfig:
     in a new event file."""
 
     def __post_init__(self) -> None:
+        _home(self, "dir", "tensorboard")
         if self.log_every < 1:
             raise ValueError("log_every: must be >= 1")
         if self.progress_seconds < 0:
@@ -613,6 +626,7 @@ class CheckpointConfig:
     """How many of the newest checkpoints to keep (older ones are deleted after a new one lands)."""
 
     def __post_init__(self) -> None:
+        _home(self, "dir")
         if self.every < 0:
             raise ValueError("every: must be >= 0 (0 = by wall time only)")
         if self.every_minutes < 0:

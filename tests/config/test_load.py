@@ -90,6 +90,27 @@ def test_missing_dataset_directory(tmp_path):
         load_job(p)
 
 
+def test_a_path_s_tilde_is_the_home_directory(tmp_path, small_dataset, monkeypatch):
+    """``data.path: ~/ds`` (or ``--set data.path=~/ds``: no shell expands it there) was looked for as ./~/ds, and
+    ``output.dir``/``checkpoint.dir``/``output.tensorboard`` under ~ made a directory named '~' in the working
+    directory; '~' is the home directory now, as in the Python API's path arguments."""
+    import shutil
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copytree(small_dataset, home / "ds")
+    monkeypatch.setenv("HOME", str(home))
+    p = tmp_path / "job.yaml"
+    p.write_text("data: {path: ~/ds}\noutput: {dir: ~/runs, tensorboard: ~/tb}\ncheckpoint: {dir: ~/ckpt}\n")
+    job = load_job(p)
+    assert (job.data.path, job.output.dir, job.output.tensorboard, job.checkpoint.dir) == tuple(
+        str(home / d) for d in ("ds", "runs", "tb", "ckpt"))
+    assert load_job(p, ["data.path=~/ds"]).data.path == str(home / "ds")
+    assert job_to_dict(job)["data"]["path"] == str(home / "ds")  # config.resolved.yaml: the directory read
+    # what is no home directory stays as written
+    assert load_job(p, ["output.dir=a~b"]).output.dir == "a~b"
+
+
 def _one_error_line(proc, needles):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
