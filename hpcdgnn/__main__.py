@@ -596,7 +596,9 @@ def _main(argv: list[str] | None) -> int:
     except HpcdgnnError as e:
         from hpcdgnn.rank_zero import said_by_rank_0
 
-        if not said_by_rank_0(e):  # rank 0's refusal under mpirun (prepare, export, ...): rank 0 prints it, once
+        # rank 0's refusal under mpirun (prepare, export, ...), or one every rank raised alike (calibrate's
+        # agreement): rank 0 prints it, once
+        if not said_by_rank_0(e) and (_speaks_for_job() or not getattr(e, "collective", False)):
             print(f"hpcdgnn: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `inspect --json | head`: the reader left; stop as a shell tool does, quietly

@@ -157,6 +157,18 @@ def test_the_parser_s_usage_help_and_errors_are_printed_once(launcher, dataset, 
     assert ranks[1][1:] == ("", ""), ranks
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_calibrate_on_a_gpu_that_is_not_there_is_one_line(launcher, tmp_path):
+    """``calibrate --device cuda`` where no GPU is visible: each rank checked its own node before the
+    communicator existed, printed the line and exited alone (one node without a GPU: the others went on into the
+    collectives). Now the ranks agree: one line (a rank other than 0 named), every rank exit 2."""
+    ranks = _each_rank(launcher, 3, ["calibrate", "--device", "cuda", "--out", tmp_path / "rates.json"], tmp_path)
+    assert [r[0] for r in ranks] == [2, 2, 2], ranks
+    lines = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert lines == ["hpcdgnn: error: calibrate --device cuda: no GPU is visible here"], ranks
+    assert not (tmp_path / "rates.json").exists()
+
+
 def test_a_bad_calibrate_option_under_mpirun_is_one_line(launcher, tmp_path):
     """calibrate measures on every rank (the collectives need them all); its option checks ran on every rank too,
     each printing the same error line. Now rank 0 checks for the job: one line, every rank exit 2, nothing

@@ -177,14 +177,21 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.planner.rates import load_rates, rates_path, save_rates
     from hpcdgnn.planner.samples import seconds_per_sampled_entry
     from hpcdgnn.planner.work import best_seconds, seconds_per_call, seconds_per_pair, seconds_per_rebuilt_entry
+    from hpcdgnn.train.collective import agree
 
     check_calibrate_arguments(args)
     torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("calibrate --device cuda: no GPU is visible here")
+    comm = Communicator()
+
+    def gpu_here() -> None:
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("calibrate --device cuda: no GPU is visible here")
+
+    # every rank's node, agreed: a rank without one failed alone while the others went on into the collectives
+    # (an srun without --kill-on-bad-exit left them waiting there), and each rank without one printed the line
+    agree(comm, gpu_here)
     dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    comm = Communicator()
     path = rates_path(args.device, args.dtype) if args.out is None else __import__("pathlib").Path(args.out)
     rates = load_rates(args.device, args.dtype, path if path.is_file() else None)
     rows = 1 << 14
