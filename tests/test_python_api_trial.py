@@ -395,6 +395,7 @@ def test_what_an_adapter_returns_is_a_job_s_data_path(tmp_path, monkeypatch):
     """A notebook passes on what ``from_arrays`` returned, ``{"data": {"path": m}}``: it was refused ("data.path:
     Manifest ... is not a job value"), only the string given as ``output`` was taken. The manifest the adapters
     return is also its directory's path (``os.PathLike``), and equal to the one read back, as before."""
+    import dataclasses
     import os
     import pickle
 
@@ -420,6 +421,11 @@ def test_what_an_adapter_returns_is_a_job_s_data_path(tmp_path, monkeypatch):
     by_override = hpcdgnn.train({**job, "data": {"path": "elsewhere"}}, overrides={"data.path": m}, output="c")
     assert by_manifest.losses == by_string.losses == by_override.losses
     assert by_manifest.job.data.path == by_override.job.data.path == os.fspath(m)
+    # a run's job with the manifest put in (docs/jobs.md: "a dataclasses.replace of it trains the run again"):
+    # dataclasses.asdict had turned the manifest, a dataclass too, into a dict ("data.path: expected a string")
+    config = dataclasses.replace(by_string.job, data=dataclasses.replace(by_string.job.data, path=m))
+    by_config = hpcdgnn.train(config, output="d")
+    assert by_config.losses == by_manifest.losses and by_config.job.data.path == os.fspath(m)
 
 
 def test_a_path_argument_s_tilde_is_the_home_directory(tmp_path, small_dataset, monkeypatch):
