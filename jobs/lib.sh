@@ -118,11 +118,24 @@ _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 
 # VAR=$(CMD ARGS...), CMD's status its status, by backquotes: no parse in this shell (see "Command substitution")
 hpcdgnn_capture() {  # VAR CMD [ARGS...]
+  # printf -v sets the innermost VAR in scope: one named as a local below would be set and dropped, the caller's
+  # left as it was (and the status lost), so such a name is refused
+  _hpcdgnn_own_name hpcdgnn_capture "$1" _hpcdgnn_captured _hpcdgnn_status || return 2
   local _hpcdgnn_captured _hpcdgnn_status=0
   # shellcheck disable=SC2006  # backquotes on purpose: bash <= 5.2 parses $(...) here, a pending trap with it
   _hpcdgnn_captured=`"${@:2}"` || _hpcdgnn_status=$?
-  printf -v "$1" '%s' "$_hpcdgnn_captured"
+  printf -v "$1" '%s' "$_hpcdgnn_captured" || return 2  # not a variable's name: printf's line said so
   return "$_hpcdgnn_status"
+}
+
+_hpcdgnn_own_name() {  # FUNCTION NAME LOCAL...: status 2 and one line when NAME is one of FUNCTION's LOCALs
+  local own
+  for own in "${@:3}"; do
+    if [ "$2" = "$own" ]; then
+      _hpcdgnn_log "$1: a variable named $2 is its own (local), not the caller's; use another name"
+      return 2
+    fi
+  done
 }
 
 # CMD [ARGS...] with its stderr discarded, for hpcdgnn_capture VAR _hpcdgnn_quiet CMD ...: the redirection is then the
@@ -738,6 +751,8 @@ hpcdgnn_setup_failed() {  # [RUNDIR [STATUS]]
 # NAME_OF_VARIABLE [ARRAY]: its words (site flags such as SRUN_FLAGS) appended to ARRAY, else one per line; the
 # scripts pass ARRAY, not '< <(hpcdgnn_extra_flags VAR)' (a <(...) this shell would parse: "Command substitution")
 hpcdgnn_extra_flags() {
+  _hpcdgnn_own_name hpcdgnn_extra_flags "$1" _hpcdgnn_words _hpcdgnn_into || return 2
+  _hpcdgnn_own_name hpcdgnn_extra_flags "${2:-}" _hpcdgnn_words _hpcdgnn_into || return 2
   local _hpcdgnn_words=()
   read -r -a _hpcdgnn_words <<<"${!1:-}"
   if [ -n "${2:-}" ]; then

@@ -1294,6 +1294,27 @@ def test_capture_is_a_command_substitution(tmp_path):
     assert proc.stdout == "[a  b\n\nc] 3\n<x><-a><--b=c><d>", proc.stdout
 
 
+def test_capture_and_extra_flags_refuse_a_variable_named_as_their_own_locals():
+    """``hpcdgnn_capture VAR`` sets VAR by ``printf -v``, which sets the innermost variable of that name: VAR named
+    as one of its locals (``_hpcdgnn_status``, ``_hpcdgnn_captured``) was set and dropped, the caller's left as it
+    was, the status lost (a number expected: 'return: x: numeric argument required'); ``hpcdgnn_extra_flags``
+    appended nothing to an ARRAY named ``_hpcdgnn_words``. Each is now refused: one line, status 2."""
+    script = (
+        "set -euo pipefail; source jobs/lib.sh\n"
+        "f() { local _hpcdgnn_status=kept; hpcdgnn_capture _hpcdgnn_status echo new && rc=0 || rc=$?\n"
+        "      echo \"capture $rc $_hpcdgnn_status\"; }\n"
+        "f\n"
+        "g() { local _hpcdgnn_words=(kept) FLAGS='-a b'; hpcdgnn_extra_flags FLAGS _hpcdgnn_words && rc=0 || rc=$?\n"
+        "      echo \"flags $rc ${_hpcdgnn_words[*]}\"; }\n"
+        "g\n"
+        "hpcdgnn_capture 1bad echo x && rc=0 || rc=$?; echo \"invalid $rc\"\n"
+    )
+    proc = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "capture 2 kept\nflags 2 kept\ninvalid 2\n", (proc.stdout, proc.stderr)
+    assert proc.stderr.count("is its own (local), not the caller's") == 2, proc.stderr
+    assert "hpcdgnn_capture: a variable named _hpcdgnn_status" in proc.stderr, proc.stderr
+
 def test_ctrl_c_while_the_local_script_prepares_its_data_is_a_clean_stop(launcher, tmp_path):
     """Ctrl-C while local.sh prepares its dataset (the terminal signals the script and ``prepare``, which stops and
     leaves nothing): the failed preparation took the user error's way out, exit 2, though the docs promise a
