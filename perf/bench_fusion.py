@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5,
                     help="timed samples a side of the GRU over the active runs (sides alternating; medians)")
     args = ap.parse_args()
+    if args.repeat < 1:  # refused before the spatial runs: at 0 they ran, then the GRU's medians printed nan
+        ap.error(f"--repeat {args.repeat}: the GRU's medians need at least one sample a side (>= 1)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         data = Path(args.data) if args.data else work / "graph"

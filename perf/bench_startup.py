@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5,
                     help="fresh processes per measurement, the sides alternating (median; default 5)")
     args = ap.parse_args(argv)
+    if args.repeat < 1:  # refused before the untimed processes: at 0 they ran, then statistics.median raised
+        ap.error(f"--repeat {args.repeat}: a median needs at least one process a side (>= 1)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_MCA_btl")}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 

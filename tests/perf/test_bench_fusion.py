@@ -45,3 +45,21 @@ def test_gru_sides_run_on_one_thread_warmed_up_and_alternating(tmp_path, monkeyp
     assert sides.count("padded") == sides.count("packed") >= 2 + 2
     assert set(medians) == {"padded", "packed"} and all(v > 0 for v in medians.values())
     assert "sides alternating, median of" in capsys.readouterr().out
+
+
+def test_a_repeat_below_one_is_refused_before_the_runs(monkeypatch, capsys):
+    """``--repeat 0`` generated the graph and ran every spatial configuration, then printed the GRU's seconds and
+    ratio as nan (numpy's median of no sample); now argparse's one line, exit 2, before anything runs."""
+    import sys
+
+    import pytest
+
+    bench = perf_script("bench_fusion")
+    ran: list[str] = []
+    monkeypatch.setattr(bench, "generate_graph", lambda *a, **k: ran.append("generate"))
+    monkeypatch.setattr(bench, "run", lambda *a, **k: ran.append("run"))
+    monkeypatch.setattr(sys, "argv", ["bench_fusion.py", "--repeat", "0"])
+    with pytest.raises(SystemExit) as stop:
+        bench.main()
+    assert stop.value.code == 2 and not ran
+    assert "--repeat 0: the GRU's medians need at least one sample a side" in capsys.readouterr().err

@@ -28,3 +28,17 @@ def test_sides_alternate_process_by_process_after_one_untimed_each(monkeypatch, 
     out = capsys.readouterr().out
     assert out.count("(median of 3, sides alternating)") == 2
     assert "defaults / ^ofi: 1.00x" in out
+
+
+def test_a_repeat_below_one_is_refused_before_any_process(monkeypatch, capsys):
+    """``--repeat 0`` ran the untimed processes, then ended in statistics.median's traceback; now argparse's one
+    line, exit 2, and no process started."""
+    import pytest
+
+    bench = perf_script("bench_startup")
+    started: list[str] = []
+    monkeypatch.setattr(bench, "_run", lambda code, args, env: started.append(code) or {})
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--repeat", "0"])
+    assert stop.value.code == 2 and not started
+    assert "--repeat 0: a median needs at least one process a side" in capsys.readouterr().err
