@@ -239,7 +239,18 @@ _hpcdgnn_stop_now() {  # INT|TERM
 
 hpcdgnn_signalled() { [ "$_hpcdgnn_got_usr1" = 1 ] || [ "$_hpcdgnn_got_term" = 1 ]; }
 
+# Bash 4.4 or newer: under set -u an empty array's "${a[@]}" is an unbound variable before 4.4 (the scripts expand
+# HPCDGNN_LAUNCH, MPI_FLAGS, run arguments so, empty by default), and 'local -n' (hpcdgnn_extra_flags) is 4.3's. RHEL 7's
+# bash 4.2 stopped in the first such line ("extra[*]: unbound variable", "local: -n: invalid option").
+_hpcdgnn_bash_new_enough() {  # MAJOR MINOR: 0, or status 2 and one line when older than 4.4
+  if [ "$1" -gt 4 ] || { [ "$1" -eq 4 ] && [ "$2" -ge 4 ]; }; then return 0; fi
+  _hpcdgnn_log "bash $1.$2 is too old for jobs/lib.sh: it needs bash 4.4 or newer; run the job script with one" \
+    "(/path/to/bash jobs/SCRIPT, or a newer bash in the script's #! line)"
+  return 2
+}
+
 hpcdgnn_init() {
+  _hpcdgnn_bash_new_enough "${BASH_VERSINFO[0]}" "${BASH_VERSINFO[1]}" || exit 2
   if [ -n "${HPCDGNN_SETUP:-}" ]; then
     set +u  # module and conda scripts read unset variables
     # shellcheck disable=SC1090

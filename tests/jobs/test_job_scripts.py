@@ -1315,6 +1315,19 @@ def test_capture_and_extra_flags_refuse_a_variable_named_as_their_own_locals():
     assert proc.stderr.count("is its own (local), not the caller's") == 2, proc.stderr
     assert "hpcdgnn_capture: a variable named _hpcdgnn_status" in proc.stderr, proc.stderr
 
+def test_a_bash_older_than_4_4_is_refused_in_one_line():
+    """lib.sh needs bash 4.4 (an empty array's "${a[@]}" under set -u, ``local -n``): RHEL 7's bash 4.2 stopped in
+    the first such line with 'extra[*]: unbound variable' or 'local: -n: invalid option'. hpcdgnn_init now refuses
+    it first (exit 2, one line naming the version); the check is given the versions here, this bash being newer."""
+    script = ("source jobs/lib.sh\n"
+              "for v in '4 2' '4 3' '3 2' '4 4' '5 0' '10 0'; do _hpcdgnn_bash_new_enough $v && echo \"$v ok\" || "
+              "echo \"$v $?\"; done\n"
+              "hpcdgnn_init() { :; }; source jobs/lib.sh; declare -f hpcdgnn_init | grep -c _hpcdgnn_bash_new_enough\n")
+    proc = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert proc.stdout == "4 2 2\n4 3 2\n3 2 2\n4 4 ok\n5 0 ok\n10 0 ok\n1\n", (proc.stdout, proc.stderr)
+    assert proc.stderr.count("hpcdgnn-job: bash 4.2 is too old for jobs/lib.sh: it needs bash 4.4 or newer") == 1
+    assert len(proc.stderr.splitlines()) == 3, proc.stderr
+
 def test_ctrl_c_while_the_local_script_prepares_its_data_is_a_clean_stop(launcher, tmp_path):
     """Ctrl-C while local.sh prepares its dataset (the terminal signals the script and ``prepare``, which stops and
     leaves nothing): the failed preparation took the user error's way out, exit 2, though the docs promise a
