@@ -410,6 +410,8 @@ def test_what_an_adapter_returns_is_a_job_s_data_path(tmp_path, monkeypatch):
     assert isinstance(m, Manifest) and os.fspath(m) == str(tmp_path / "data" / "mine") and m.num_snapshots == 6
     assert m == load_manifest("data/mine") and load_manifest("data/mine") == m
     assert pickle.loads(pickle.dumps(m)) == m and os.fspath(pickle.loads(pickle.dumps(m))) == os.fspath(m)
+    # str() as a Path's (f"data.path={m}" was the dataclass's repr); repr() the manifest's fields
+    assert str(m) == f"{m}" == os.fspath(m) and repr(m).startswith("WrittenManifest(") and "num_snapshots=6" in repr(m)
     events = from_temporal_data({"src": src, "dst": dst, "t": np.sort(t)}, tmp_path / "events")
     assert isinstance(events, EventManifest) and events == load_event_manifest(tmp_path / "events")
     assert os.fspath(events) == str(tmp_path / "events")

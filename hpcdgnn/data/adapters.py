@@ -257,6 +257,10 @@ class _Located:
             raise TypeError(f"{type(self).__name__}: a changed copy of a written manifest is no dataset's path")
         return str(self.path)
 
+    def __str__(self) -> str:
+        # the path, as a pathlib.Path's str: f"data.path={m}" (a --set, a line naming the dataset) was the repr
+        return repr(self) if self.path is None else str(self.path)
+
     def __eq__(self, other: Any) -> bool:
         # the dataclass's __eq__ compares classes exactly: a manifest read back (the plain class) was never equal
         if not isinstance(other, self._MANIFEST):
