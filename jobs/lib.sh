@@ -282,11 +282,12 @@ hpcdgnn_data_path() {  # JOB
   "$HPCDGNN_PY" - "$1" <<'EOF'
 import signal  # a Ctrl-C ends the step as the signal does (130), without Python's traceback; an ignored one stays so
 if signal.getsignal(signal.SIGINT) is signal.default_int_handler: signal.signal(signal.SIGINT, signal.SIG_DFL)
-import sys, yaml
+import os, sys, yaml
 try:
     with open(sys.argv[1]) as f:
         job = yaml.safe_load(f) or {}
-    print(((job.get("data") or {}).get("path")) or "")
+    path = (job.get("data") or {}).get("path")
+    print(os.path.expanduser(str(path)) if path else "")  # ~ the home directory, as the run reads it
 except Exception as e:  # the run itself reports the YAML error properly
     sys.stderr.write(f"hpcdgnn-job: cannot read data.path from {sys.argv[1]}: {e}\n")
     sys.exit(2)

@@ -1294,6 +1294,18 @@ def test_capture_is_a_command_substitution(tmp_path):
     assert proc.stdout == "[a  b\n\nc] 3\n<x><-a><--b=c><d>", proc.stdout
 
 
+def test_the_job_s_data_path_under_home_is_the_run_s(tmp_path):
+    """A job's ``data.path: ~/ds``: the run reads ~ as the home directory (config/schema.py); the scripts' set-up
+    looked for ./~/ds, found no dataset there and prepared or refused one the run does not read."""
+    job = tmp_path / "job.yaml"
+    job.write_text("data: {path: ~/ds}\n")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    env.pop("DATA", None)
+    proc = subprocess.run(["bash", "-c", f'source jobs/lib.sh; HPCDGNN_PY={sys.executable}; hpcdgnn_data_path {job}'],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
+    assert (proc.returncode, proc.stdout) == (0, f"{tmp_path / 'home' / 'ds'}\n"), proc.stderr
+
+
 def test_capture_and_extra_flags_refuse_a_variable_named_as_their_own_locals():
     """``hpcdgnn_capture VAR`` sets VAR by ``printf -v``, which sets the innermost variable of that name: VAR named
     as one of its locals (``_hpcdgnn_status``, ``_hpcdgnn_captured``) was set and dropped, the caller's left as it
