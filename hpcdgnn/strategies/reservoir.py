@@ -100,13 +100,16 @@ class BatchReservoir:
         t0 = time.perf_counter()
         serial = self.serials[action]
         self.serials[action] += 1
-        self._insert(action, self.build(action, serial))
-        self.seconds += time.perf_counter() - t0
+        item = self.build(action, serial)
+        self._insert(action, item, time.perf_counter() - t0)
 
-    def _insert(self, action: int, item: Stored) -> None:
-        with self.lock:  # the only lock: the store and its byte count change together
+    def _insert(self, action: int, item: Stored, seconds: float = 0.0) -> None:
+        # the only lock: the store, its byte count and the build seconds change together (generator threads'
+        # unlocked `seconds +=` could lose one another's)
+        with self.lock:
             self.stores[action].append(item)
             self.nbytes += item.nbytes
+            self.seconds += seconds
 
     def start(self) -> None:
         """Start ``threads`` generators, thread i building the actions i, i + threads, ...; at most one per action:
@@ -120,7 +123,9 @@ class BatchReservoir:
             self._threads.append(t)
 
     def _generate(self, actions: list[int]) -> None:
-        """A generator thread: fill its actions' stores until stopped; an exception is kept for the trainer."""
+        """A generator thread: fill its actions' stores until stopped, or until none has room: stores and their
+        bytes only grow, so a full one stays full (the thread polled every 10 ms for the rest of the run). An
+        exception is kept for the trainer."""
         try:
             while not self._stop.is_set():
                 busy = False
@@ -130,11 +135,11 @@ class BatchReservoir:
                         with self.lock:
                             serial = self.serials[a]
                             self.serials[a] += 1
-                        self._insert(a, self.build(a, serial))
-                        self.seconds += time.perf_counter() - t0
+                        item = self.build(a, serial)
+                        self._insert(a, item, time.perf_counter() - t0)
                         busy = True
                 if not busy:
-                    self._stop.wait(0.01)
+                    return
         except BaseException as e:  # noqa: BLE001 - handed to the training thread, which raises it
             self.error = e
 

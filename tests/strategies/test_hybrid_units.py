@@ -103,13 +103,45 @@ def test_generator_threads_are_at_most_one_per_action():
     import threading
 
     cfg = SimpleNamespace(max_mb=1.0, threads=5)
-    rsv = BatchReservoir(cfg, [1, 1], lambda a, serial: SimpleNamespace(serial=serial, nbytes=8))
+    go = threading.Event()  # the builds wait: the threads are counted while they run
+
+    def build(a, serial):
+        go.wait(10)
+        return SimpleNamespace(serial=serial, nbytes=8)
+
+    rsv = BatchReservoir(cfg, [1, 1], build)
     rsv.start()
     try:
         names = [t.name for t in threading.enumerate() if t.name.startswith("hpcdgnn-reservoir")]
         assert sorted(names) == ["hpcdgnn-reservoir-0", "hpcdgnn-reservoir-1"]
     finally:
+        go.set()
         rsv.close()
+
+
+def test_a_generator_thread_ends_once_its_stores_are_full():
+    """Stores and their bytes only grow, so a store without room keeps none: a thread whose stores were full
+    polled every 10 ms for the rest of the run; it ends now. Each build's seconds are counted under the lock."""
+    import threading
+    import time
+
+    for cfg, caps, stored in ((SimpleNamespace(max_mb=1.0, threads=2), [2, 3, 1], [2, 3, 1]),
+                              (SimpleNamespace(max_mb=40 / 2**20, threads=1), [5, 5], None)):  # by bytes
+        rsv = BatchReservoir(cfg, caps, lambda a, serial: SimpleNamespace(serial=serial, nbytes=16))
+        rsv.start()
+        threads = list(rsv._threads)
+        deadline = time.monotonic() + 10
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            assert not any(t.is_alive() for t in threads), [t.name for t in threading.enumerate()]
+            if stored is not None:
+                assert [len(s) for s in rsv.stores] == stored
+            else:  # 40 bytes: room while below, so three of 16 bytes
+                assert rsv.nbytes == 48 and sum(len(s) for s in rsv.stores) == 3
+            assert rsv.seconds > 0
+        finally:
+            rsv.close()
 
 
 # ---- H2: windows and steps
