@@ -13,7 +13,6 @@ rank), not exit codes. Under MPI an error every rank meets is raised on every ra
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import os
@@ -433,37 +432,6 @@ def _plain(value: Any, key: str) -> Any:
                       "(a number, string, bool, path, list or mapping)")
 
 
-def _job_config_mapping(job: JobConfig, mapping: dict) -> dict:
-    """``mapping`` (``job_to_dict(job)``) with each ``os.PathLike`` that a field of ``job`` holds as its path string.
-
-    ``job_to_dict`` is ``dataclasses.asdict``, which turns every dataclass instance into a dict, the manifest an
-    adapter returns too (:class:`hpcdgnn.data.adapters.WrittenManifest`: a dataclass that is also its directory's
-    path), so ``dataclasses.replace(run.job.data, path=m)`` was refused ("data.path: expected a string, got
-    dict"), while the same manifest in a mapping job trains (:func:`_plain`)."""
-
-    def found(value: Any, keys: tuple) -> Iterable[tuple[tuple, str]]:
-        if isinstance(value, os.PathLike):  # first: a WrittenManifest is a dataclass as well
-            yield keys, os.fspath(value)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for f in dataclasses.fields(value):
-                yield from found(getattr(value, f.name), (*keys, f.name))
-        elif isinstance(value, Mapping):
-            for k, v in value.items():
-                yield from found(v, (*keys, k))
-        elif isinstance(value, list | tuple):
-            for i, v in enumerate(value):
-                yield from found(v, (*keys, i))
-
-    for keys, path in found(job, ()):
-        at = mapping
-        with suppress(KeyError):  # a key job_to_dict leaves out (a task's fixed_by_data) stays out
-            for k in keys[:-1]:
-                at = at[k]
-            if isinstance(at, list) or keys[-1] in at:
-                at[keys[-1]] = path
-    return mapping
-
-
 def _torch_or_numpy_name(value: Any) -> str | None:
     """A PyTorch script's ``torch.device("cpu")``, ``torch.float64`` or numpy's ``np.float64`` as the job's word
     (``cpu``, ``float64``: what ``train.device`` and ``train.dtype`` take; anything else they name is refused there,
@@ -510,7 +478,7 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
             raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
         given = "job (JobConfig)" if isinstance(job, JobConfig) else "job (mapping)"  # what its errors call it
         if isinstance(job, JobConfig):  # a run's job (run.job), maybe changed: the mapping it was resolved to
-            job = _job_config_mapping(job, job_to_dict(job))
+            job = job_to_dict(job)
         if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
             raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path, a mapping of "
                               "sections (a dict) or a JobConfig (a run's job)")

@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import importlib.util
 import math
+import os
 import re
 import types
 import typing
@@ -442,16 +443,22 @@ def _unset_in(file: str, key: str) -> bool:
 
 def job_to_dict(job: JobConfig) -> dict:
     """The resolved config (defaults filled) as plain YAML-ready data; a task's options that its data fixes
-    (``TaskConfig.fixed_by_data``: an event stream's split) are left out while not given (None)."""
+    (``TaskConfig.fixed_by_data``: an event stream's split) are left out while not given (None). An
+    ``os.PathLike`` a field holds (a ``dataclasses.replace`` of a run's job) is its path string, also where it is
+    a dataclass too (the manifest an adapter returns, which ``dataclasses.asdict`` took apart)."""
 
     def plain(v: Any) -> Any:
-        if isinstance(v, tuple):
+        if isinstance(v, os.PathLike):
+            return os.fspath(v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple | list):
             return [plain(x) for x in v]
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return v
 
-    out = plain(dataclasses.asdict(job))
+    out = plain(job)
     task_class = type(job.task)
     for key in task_class.fixed_by_data:
         if getattr(job.task, key) == getattr(task_class(), key):  # a value given (any): kept, to be refused
