@@ -339,10 +339,10 @@ _CALIBRATE_CLI_TAG = 0x4AE0
 
 def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work, writes: bool = True) -> int:
     """``work()``'s exit status, run by rank 0 alone where the command was launched on several MPI ranks (a job
-    script's ``srun`` runs every command on every rank): each rank wrote the same files, all but the first refused
-    ("exists", exit 2) or racing it, or printed the same report, once per rank. The others wait for rank 0's word
-    (:mod:`hpcdgnn.rank_zero`), print nothing and return rank 0's exit status, or raise its error as theirs (which
-    ``main`` leaves to rank 0 to print: one line for the job, every rank exit 2).
+    script's ``srun`` runs every command on every rank): else each rank would write the same files, all but the
+    first refused ("exists", exit 2) or racing it, or print the same report, once per rank. The others wait for
+    rank 0's word (:mod:`hpcdgnn.rank_zero`), print nothing and return rank 0's exit status, or raise its error as
+    theirs (which ``main`` leaves to rank 0 to print: one line for the job, every rank exit 2).
 
     Args:
         name: the command, each line's start.
@@ -363,7 +363,7 @@ def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work, writes: bool
 
 def _printed_once(name: str, run):
     """A command that reads and prints (inspect, validate, check), ``run(args)``, as rank 0's alone under mpirun
-    (:func:`_on_rank_0`): a job script's ``srun`` printed its report once per rank."""
+    (:func:`_on_rank_0`): a job script's ``srun`` runs it on every rank, which would print it once each."""
     return lambda args: _on_rank_0(name, _PRINT_CLI_TAG, args, lambda: run(args), writes=False)
 
 
@@ -383,8 +383,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage, help and errors rank 0 alone prints under mpirun (:func:`_speaks_for_job`):
-    a job script's ``srun`` printed them once per rank. Every rank still exits with the parser's status (2 for an
-    error). Its subcommands' parsers are of this class too (argparse makes them as the parent's)."""
+    a job script's ``srun`` runs the command on every rank, which would print them once each. Every rank exits
+    with the parser's status (2 for an error). Its subcommands' parsers are of this class too (argparse makes
+    them as the parent's)."""
 
     def _print_message(self, message: str, file=None) -> None:
         if _speaks_for_job():

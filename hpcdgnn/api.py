@@ -356,7 +356,7 @@ def _path_argument(value: Any, name: str, required: bool = False, advice: str = 
     in one line naming ``name``, ending in ``advice``.
 
     ``~/runs/x`` is what a user types from the docs' command lines, where the shell expands it; Python's
-    ``open()`` does not, so ``load_run("~/runs/x")`` looked for ``./~/runs/x``. Expanded as ``pathlib``'s
+    ``open()`` does not, so ``load_run("~/runs/x")`` would look for ``./~/runs/x``. Expanded as ``pathlib``'s
     ``expanduser`` and most tools taking paths from Python do (a directory named ``~`` is ``./~``)."""
     if isinstance(value, str | os.PathLike) or value is None and not required:
         return None if value is None else os.path.expanduser(os.fspath(value))

@@ -258,7 +258,7 @@ class _Located:
         return str(self.path)
 
     def __str__(self) -> str:
-        # the path, as a pathlib.Path's str: f"data.path={m}" (a --set, a line naming the dataset) was the repr
+        # the path, as a pathlib.Path's str, so that f"data.path={m}" (a --set, a line naming the dataset) names it
         return repr(self) if self.path is None else str(self.path)
 
     def __eq__(self, other: Any) -> bool:

@@ -113,8 +113,7 @@ class BatchReservoir:
 
     def start(self) -> None:
         """Start ``threads`` generators, thread i building the actions i, i + threads, ...; at most one per action:
-        a thread beyond the actions would own none and only poll (``threads: 1000`` over 9 actions had 991 threads
-        waking every 10 ms on each rank, and training crawled)."""
+        a thread beyond the actions would own none and only poll, taking the cores training needs."""
         n = min(self.cfg.threads, len(self.caps))
         for i in range(n):
             mine = list(range(i, len(self.caps), n))
@@ -124,8 +123,8 @@ class BatchReservoir:
 
     def _generate(self, actions: list[int]) -> None:
         """A generator thread: fill its actions' stores until stopped, or until none has room: stores and their
-        bytes only grow, so a full one stays full (the thread polled every 10 ms for the rest of the run). An
-        exception is kept for the trainer."""
+        bytes only grow, so a full one stays full and polling it would only wake the thread. An exception is kept
+        for the trainer."""
         try:
             while not self._stop.is_set():
                 busy = False
