@@ -3,8 +3,10 @@ command line), never a traceback, a RuntimeWarning or silently wrong data (an au
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
+import tarfile
 import warnings
 from types import SimpleNamespace
 
@@ -248,6 +250,23 @@ def test_a_zstd_or_zip_input_is_named_not_decoded(tmp_path, capsys, magic, words
     p.write_bytes(magic + bytes(range(256)))
     _refused([str(p), "--format", "snap", "--output", str(tmp_path / "o")], capsys, f"{p}: {words}, which prepare",
              "extract it first")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("fmt", ["snap", "jodie", "pygt-json"])
+@pytest.mark.parametrize("mode", ["w", "w:gz", "w:bz2", "w:xz"])
+def test_a_tar_archive_is_named_not_read_as_its_member(tmp_path, capsys, fmt, mode):
+    """A .tar / .tar.gz / .tar.bz2 (KONECT's downloads) holding the edge list is named with the command that
+    extracts it: decompressed, its first line is the member's tar header, which read as a row ('line 2: expected 4
+    columns like line 1')."""
+    member = b"1 2 10\n2 3 20\n3 1 30\n"
+    p = tmp_path / "out.edges.tar"
+    with tarfile.open(p, mode) as tf:
+        info = tarfile.TarInfo("out.edges")
+        info.size = len(member)
+        tf.addfile(info, io.BytesIO(member))
+    _refused([str(p), "--format", fmt, "--output", str(tmp_path / "o")], capsys,
+             f"{p}: a tar archive (first member 'out.edges')", f"tar xf {p}")
     assert not (tmp_path / "o").exists()
 
 

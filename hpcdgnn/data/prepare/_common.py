@@ -183,8 +183,8 @@ def read_input_bytes(path: Path) -> bytes:
     """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes, not suffix.
 
     Raises:
-        DataError: missing/unreadable file, corrupt compressed stream, a zstd or zip file, or what stands in for
-            the data (a Git LFS pointer, an HTML page), naming ``path``.
+        DataError: missing/unreadable file, corrupt compressed stream, a zstd, zip or tar archive (a tar one
+            compressed too), or what stands in for the data (a Git LFS pointer, an HTML page), naming ``path``.
     """
     try:
         raw = path.read_bytes()
@@ -194,22 +194,26 @@ def read_input_bytes(path: Path) -> bytes:
         raise DataError(f"{path}: is a directory, expected an input file") from None
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    data = raw
     try:
         if raw.startswith(_GZIP):
-            return gzip.decompress(raw)
-        if raw.startswith(_XZ):
-            return lzma.decompress(raw)
-        if raw.startswith(_BZ2):
-            return bz2.decompress(raw)
+            data = gzip.decompress(raw)
+        elif raw.startswith(_XZ):
+            data = lzma.decompress(raw)
+        elif raw.startswith(_BZ2):
+            data = bz2.decompress(raw)
     except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
         raise DataError(f"{path}: corrupt compressed input: {e}") from None
-    _check_raw(path, raw)
-    return raw
+    if data is raw:
+        _check_raw(path, raw)
+    else:
+        _check_tar(path, data)  # a .tar.gz / .tar.bz2 (KONECT's downloads): the archive is what decompresses
+    return data
 
 
 def _check_raw(path: Path, raw: bytes) -> None:
-    """Refuse what :func:`read_input_bytes` does not read from a file that is not gzip, xz or bz2 (its first 64
-    bytes ``raw`` tell): zstd, zip, a Git LFS pointer, an HTML page.
+    """Refuse what :func:`read_input_bytes` does not read from a file that is not gzip, xz or bz2 (its first
+    :data:`TAR_HEADER` bytes ``raw`` tell): zstd, zip, tar, a Git LFS pointer, an HTML page.
 
     Raises:
         DataError: naming ``path``, what it is and what to do.
@@ -218,10 +222,32 @@ def _check_raw(path: Path, raw: bytes) -> None:
         if raw.startswith(magic):
             raise DataError(f"{path}: {what}, which prepare does not read (plain, gzip, xz or bz2): extract it "
                             f"first ({tool} {path})")
+    _check_tar(path, raw)
     head = raw[:64].removeprefix(b"\xef\xbb\xbf").lstrip().lower()  # a BOM, as the reader drops it
     for start, what, fix in _NOT_DATA:
         if head.startswith(start):
             raise DataError(f"{path}: {what}; {fix}")
+
+
+#: Where a POSIX (ustar) or GNU tar header holds its magic: the member's name is the header's first 100 bytes.
+_TAR_MAGIC_AT = 257
+#: Bytes of an input that :func:`_check_tar` needs: one tar header block.
+TAR_HEADER = 512
+
+
+def _check_tar(path: Path, data: bytes) -> None:
+    """Refuse a tar archive (``data``: the input's first :data:`TAR_HEADER` bytes or more, decompressed), which
+    would otherwise read as text whose first line is the member's header ("line 2: expected 4 columns like line
+    1"): KONECT and many mirrors ship an edge list as ``.tar.bz2`` or ``.tar.gz``.
+
+    Raises:
+        DataError: naming ``path``, the archive's first member and the command that extracts it.
+    """
+    if data[_TAR_MAGIC_AT : _TAR_MAGIC_AT + 5] != b"ustar":
+        return
+    member = data[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+    raise DataError(f"{path}: a tar archive (first member {shorten(member)!r}), which prepare does not read: extract "
+                    f"it first (tar xf {path}) and give the edge-list file it holds")
 
 
 def read_input_text(path: Path) -> str:
@@ -272,7 +298,7 @@ class InputBytes:
         self.data: bytes | None = None
         try:
             with open(path, "rb") as f:
-                head, st = f.read(64), os.fstat(f.fileno())
+                head, st = f.read(TAR_HEADER), os.fstat(f.fileno())
         except OSError:
             head = st = None
         raw = st is not None and stat.S_ISREG(st.st_mode) and not head.startswith((_GZIP, _XZ, _BZ2))
