@@ -45,9 +45,20 @@ __all__ = ["WrittenEventManifest", "WrittenManifest", "from_arrays", "from_signa
 
 
 def _numpy(value: Any, name: str, where: str) -> np.ndarray:
-    """A torch tensor, list or array as a numpy array."""
+    """A torch tensor, list or array as a numpy array.
+
+    A floating tensor of a dtype numpy lacks (``bfloat16``, a mixed-precision model's, the ``float8`` ones) is read
+    as float32, which holds each of its values exactly: ``Tensor.numpy()`` raises a ``TypeError`` on it.
+    """
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        try:
+            value = value.numpy()
+        except TypeError:
+            if not value.is_floating_point():
+                raise DataError(f"{where}: {name}: torch dtype {value.dtype} has no numpy equivalent; convert it "
+                                "(e.g. .long() for ids, .double() for times)") from None
+            value = value.float().numpy()
     try:
         return np.asarray(value)
     except (TypeError, ValueError) as e:

@@ -744,3 +744,29 @@ def test_an_output_s_tilde_is_the_home_directory(tmp_path, monkeypatch):
     assert (home / "data" / "mine" / "manifest.json").is_file() and (home / "events").is_dir()
     assert [str(p) for p in (m.path, e.path)] == [str(home / "data" / "mine"), str(home / "events")]
     assert not (work / "~").exists()
+
+
+def test_bfloat16_tensors_are_read_as_the_float32_values_they_hold(tmp_path):
+    """A mixed-precision pipeline's bfloat16 times and edge features (``Tensor.numpy()`` raises a TypeError on them)
+    give the dataset their float32 copies give: bfloat16 -> float32 is exact. A dtype numpy lacks that is not
+    floating is one DataError line."""
+    from hpcdgnn.data.events import load_event_manifest, read_events
+
+    src, dst = torch.tensor([0, 1, 2, 0]), torch.tensor([1, 2, 0, 2])
+    t = torch.tensor([0.0, 1.5, 3.0, 256.0], dtype=torch.bfloat16)
+    msg = torch.tensor([[0.1, -2.0], [3.3, 0.0], [1e-3, 7.0], [5.5, 1.0]], dtype=torch.bfloat16)
+    kw = dict(kind="events", split=[0.5, 0.25, 0.25])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_arrays(src, dst, t, tmp_path / "bf16", edge_features=msg, **kw)
+    from_arrays(src, dst, t.float(), tmp_path / "f32", edge_features=msg.float(), **kw)
+    got, want = (read_events(tmp_path / d, load_event_manifest(tmp_path / d), 0, 4) for d in ("bf16", "f32"))
+    for key in ("src", "dst", "t", "efeat"):
+        np.testing.assert_array_equal(getattr(got, key), getattr(want, key))
+    assert got.t[1] == 1.5 and got.efeat[1, 0] == np.float32(3.296875)  # bfloat16's 3.3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "ComplexHalf support is experimental"
+        half = torch.zeros(4, dtype=torch.complex32)
+    with pytest.raises(DataError, match=r"from_arrays: t: torch dtype torch.complex32 has no numpy equivalent"):
+        from_arrays(src, dst, half, tmp_path / "c", **kw)
+    assert not (tmp_path / "c").exists()
