@@ -270,6 +270,26 @@ def test_a_tar_archive_is_named_not_read_as_its_member(tmp_path, capsys, fmt, mo
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("fmt, text, columns", [
+    ("jodie", "user_id\titem_id\ttimestamp\tstate_label\n0\t0\t1.0\t0\n1\t1\t2.0\t0\n", None),
+    ("jodie", "user_id\titem_id\ttimestamp\tstate_label\n0\t0\t1.0\t0\n1\t1\t2.0\t0\n",
+     "src=user_id,dst=item_id,time=timestamp"),  # the advice before: --columns, which found no such column
+    ("jodie", "u;i;ts;label\n0;0;1,5;0\n1;1;2,5;0\n", None),  # a spreadsheet's export in a comma-decimal locale
+    ("snap", "1;2;10\n2;3;20\n", None),
+    ("snap", "src;dst;time\n1;2;10\n2;3;20\n", "src=src,dst=dst,time=time"),
+    ("snap", "1|2|10\n2|3|20\n", None),
+])
+def test_fields_split_by_a_separator_the_reader_does_not_split_on_are_named(tmp_path, capsys, fmt, text, columns):
+    """A tab-, semicolon- or '|'-separated file was 'expected 3 or 4 columns, got 1' or a header to map with
+    --columns (which then found no column either): the line is refused naming the separator it holds."""
+    raw = tmp_path / "edges.csv"
+    raw.write_text(text)
+    sep = {"\t": "tabs", ";": "semicolons", "|": "'|'"}[next(c for c in "\t;|" if c in text)]
+    args = [str(raw), "--format", fmt, "--output", str(tmp_path / "o"), *(["--columns", columns] if columns else [])]
+    _refused(args, capsys, f"{raw}:1: fields separated by {sep}", f"--format {fmt} reads", "convert the file")
+    assert not (tmp_path / "o").exists()
+
+
 # --------------------------------------------------------------------------- 5. a last line cut short
 
 #: ``src dst time`` rows in time order, each time ten digits as SNAP's epoch seconds

@@ -61,6 +61,7 @@ __all__ = [
     "RowWidths",
     "LastLine",
     "check_unterminated_line",
+    "check_separator",
     "last_breaks_order",
     "read_by_name",
     "guess_columns",
@@ -988,6 +989,38 @@ def check_unterminated_line(path: Path, lineno: int, line: str, shortest: int | 
                         "fetch it again, or, if that line is whole, end the file with a newline")
     print(f"hpcdgnn prepare: warning: {where}: if the file was cut short, that row is wrong; check the file's "
           "size against its source", file=sys.stderr, flush=True)
+
+
+#: Field separators of spreadsheet and database exports (a locale whose decimal mark is a comma writes ``;``) that
+#: neither text reader splits on, with how messages name them and write them for ``tr``.
+_OTHER_SEPARATORS = ((";", "semicolons", ";"), ("|", "'|'", "|"), ("\t", "tabs", "\\t"))
+
+
+def check_separator(path: Path, lineno: int, fields: Sequence[str], fmt: str, reads: str) -> None:
+    """Refuse line ``lineno``, read as the one field ``fields``, when it holds three or more fields split by a
+    separator the reader does not split on (:data:`_OTHER_SEPARATORS`): else it is reported as one column, or as a
+    header without the names ``--columns`` then cannot find either.
+
+    Args:
+        path: the input, as messages name it.
+        lineno: the line's number.
+        fields: the fields the reader found in the line.
+        fmt: the ``--format`` reading it.
+        reads: the separators it reads, as the message says them.
+
+    Raises:
+        DataError: naming the line, the separator and how to convert the file.
+    """
+    if len(fields) != 1:
+        return
+    for sep, name, shown in _OTHER_SEPARATORS:
+        parts = fields[0].split(sep)
+        if len(parts) >= 3:
+            raise DataError(
+                f"{path}:{lineno}: fields separated by {name} ({describe_header([p.strip() for p in parts])}), but "
+                f"--format {fmt} reads {reads}: convert the file first, e.g. tr '{shown}' ',' < IN > OUT (where no "
+                "field holds a comma)"
+            )
 
 
 def last_breaks_order(time: np.ndarray) -> bool:

@@ -47,6 +47,7 @@ from hpcdgnn.data.prepare._common import (
     Slice,
     _is_number,
     check_header_width,
+    check_separator,
     decimal_fields,
     decode_input,
     describe_header,
@@ -102,6 +103,7 @@ def _header_columns(
     ``(line number, line)`` when it is a header, else None."""
     lineno = first[0]
     header = split_fields(first[1], True, path, lineno)
+    check_separator(path, lineno, header, "jodie", "comma-separated fields")
     if columns is not None:
         by_name = any(not v.isdigit() for v in columns.values())
         has_header = True

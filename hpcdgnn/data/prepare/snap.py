@@ -38,6 +38,7 @@ from hpcdgnn.data.prepare._common import (
     _is_number,
     check_given_weights,
     check_header_width,
+    check_separator,
     comma_separated,
     describe_header,
     guess_columns,
@@ -235,6 +236,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     for lineno, s in watch:
         parts = quoted_fields(s, ", ", path, lineno) if quoted and '"' in s else s.replace(",", " ").split()
         if cols is None:
+            check_separator(path, lineno, parts, "snap", "fields separated by whitespace or commas")
             if len(parts) not in (3, 4):
                 if second is not None and looks_like_header(first, second):
                     raise _header_error(path, lineno, first)
@@ -263,6 +265,7 @@ def _parse_mapped(
     """
     comma = comma_separated(head[0][1])
     first = split_fields(head[0][1], comma, path, head[0][0])
+    check_separator(path, head[0][0], first, "snap", "fields separated by whitespace or commas")
     second = split_fields(head[1][1], comma, path, head[1][0]) if len(head) > 1 else None
     by_name = read_by_name(columns)
     header = None
