@@ -290,6 +290,24 @@ def test_fields_split_by_a_separator_the_reader_does_not_split_on_are_named(tmp_
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("fmt", ["snap", "jodie"])
+def test_a_json_file_or_a_prepared_dataset_given_as_input_is_named(tmp_path, capsys, fmt):
+    """PyG Temporal's json given to snap or jodie read as rows ('text after the closing quote of a quoted field'),
+    and so did a dataset's manifest.json; the dataset's directory was 'a directory': each is named, with what to
+    give instead."""
+    (tmp_path / "chickenpox.json").write_text(json.dumps({"edges": [[0, 1]], "FX": [[1.0, 2.0]] * 6}, indent=1))
+    _refused([str(tmp_path / "chickenpox.json"), "--format", fmt, "--output", str(tmp_path / "o")], capsys,
+             f"chickenpox.json: a JSON document, not a --format {fmt} edge list", "--format pygt-json")
+    raw = tmp_path / "edges.txt"
+    raw.write_text("1 2 10\n2 3 20\n")
+    _prepared([str(raw), "--format", "snap", "--output", str(tmp_path / "ds")], capsys)
+    _refused([str(tmp_path / "ds" / "manifest.json"), "--format", fmt, "--output", str(tmp_path / "o")], capsys,
+             "manifest.json: a JSON document", "give its directory as data.path")
+    _refused([str(tmp_path / "ds"), "--format", fmt, "--output", str(tmp_path / "o")], capsys,
+             f"{tmp_path / 'ds'}: is a dataset directory (it holds manifest.json)", "data.path")
+    assert not (tmp_path / "o").exists()
+
+
 # --------------------------------------------------------------------------- 5. a last line cut short
 
 #: ``src dst time`` rows in time order, each time ten digits as SNAP's epoch seconds

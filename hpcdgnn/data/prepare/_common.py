@@ -62,6 +62,7 @@ __all__ = [
     "LastLine",
     "check_unterminated_line",
     "check_separator",
+    "check_not_json",
     "last_breaks_order",
     "read_by_name",
     "guess_columns",
@@ -192,6 +193,9 @@ def read_input_bytes(path: Path) -> bytes:
     except FileNotFoundError:
         raise DataError(f"{path}: input file does not exist") from None
     except IsADirectoryError:
+        if (path / "manifest.json").is_file():  # prepared already: what a job reads, not what prepare reads
+            raise DataError(f"{path}: is a dataset directory (it holds manifest.json), not an input file: give it to "
+                            "a job as data.path, or 'hpcdgnn inspect' it") from None
         raise DataError(f"{path}: is a directory, expected an input file") from None
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
@@ -249,6 +253,20 @@ def _check_tar(path: Path, data: bytes) -> None:
     member = data[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
     raise DataError(f"{path}: a tar archive (first member {shorten(member)!r}), which prepare does not read: extract "
                     f"it first (tar xf {path}) and give the edge-list file it holds")
+
+
+def check_not_json(path: Path, head: bytes, fmt: str) -> None:
+    """Refuse a JSON document (``head``: the input's first bytes, decompressed) given to a text edge-list reader:
+    read as rows, its first line was "text after the closing quote of a quoted field". No edge list, header or
+    comment starts with ``{`` or ``[``.
+
+    Raises:
+        DataError: naming ``path`` and the format that reads PyG Temporal's json files.
+    """
+    start = head.removeprefix(BOM).lstrip()[:1]
+    if start in (b"{", b"["):
+        raise DataError(f"{path}: a JSON document, not a --format {fmt} edge list: PyG Temporal's json files are "
+                        "--format pygt-json (a dataset's manifest.json is no input: give its directory as data.path)")
 
 
 def read_input_text(path: Path) -> str:

@@ -47,6 +47,7 @@ from hpcdgnn.data.prepare._common import (
     Slice,
     _is_number,
     check_header_width,
+    check_not_json,
     check_separator,
     decimal_fields,
     decode_input,
@@ -401,6 +402,7 @@ def _parse(
     """Columns user, item (tokens, or int64 from :func:`_plain_table`), time and state label (None without a label
     column, or unless ``labels``: a label column that is not used is not checked either) of a JODIE csv."""
     src = InputBytes(path)
+    check_not_json(path, src.prefix(64), "jodie")
     plain = _plain_table(path, src, columns, labels, events=False)
     if plain is not None:
         return plain.users, plain.items, plain.time, plain.state, plain.names
@@ -542,6 +544,7 @@ def parse_jodie_events(
         DataError: ``path:line: problem`` for the first bad row or token.
     """
     src = InputBytes(path)
+    check_not_json(path, src.prefix(64), "jodie")
     plain = _plain_table(path, src, columns, labels=False, events=True)
     if plain is not None:
         return plain.users, plain.items, plain.time, plain.features, plain.feature_names, plain.names

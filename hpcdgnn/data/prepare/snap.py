@@ -38,6 +38,7 @@ from hpcdgnn.data.prepare._common import (
     _is_number,
     check_given_weights,
     check_header_width,
+    check_not_json,
     check_separator,
     comma_separated,
     describe_header,
@@ -213,6 +214,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
             without ``--columns``, or a ``--columns`` value that names no column.
     """
     text = read_input_text(path)
+    check_not_json(path, text[:64].encode(), "snap")
     plain = _plain_columns(text) if columns is None else None
     if plain is not None:
         return _from_columns(plain)
