@@ -308,6 +308,23 @@ def test_a_json_file_or_a_prepared_dataset_given_as_input_is_named(tmp_path, cap
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("slicing", [["--snapshots", "1"], ["--events-per-snapshot", "10"], ["--window", "100"]])
+@pytest.mark.parametrize("task", [["--labels", "next_activity"], ["--targets", "next_degree"],
+                                  ["--targets", "next_log_degree"]])
+def test_next_step_labels_or_targets_of_a_single_snapshot_are_refused(tmp_path, capsys, slicing, task):
+    """Snapshot t's next_* labels or targets come from snapshot t+1, so one snapshot's were all -1 or NaN: a dataset
+    written without a word that no node classification or regression could train on."""
+    raw = tmp_path / "edges.txt"
+    raw.write_text("1 2 10\n2 3 20\n3 1 30\n")
+    _refused([str(raw), "--format", "snap", "--output", str(tmp_path / "o"), *slicing, *task], capsys,
+             f"{raw}: with {' '.join(task)}, snapshot t's values come from snapshot t+1", "makes 1 snapshot")
+    assert not (tmp_path / "o").exists()
+    _prepared([str(raw), "--format", "snap", "--output", str(tmp_path / "two"), "--snapshots", "2", *task], capsys)
+    with pytest.raises(DataError, match=r"from_arrays: with labels='next_activity', .* makes 1 snapshot"):
+        from_arrays(S, D, T, tmp_path / "api", snapshots=1, labels="next_activity")
+    assert not (tmp_path / "api").exists()
+
+
 # --------------------------------------------------------------------------- 5. a last line cut short
 
 #: ``src dst time`` rows in time order, each time ten digits as SNAP's epoch seconds

@@ -252,6 +252,12 @@ def write_prepared(prepared: PreparedInput, opts: PrepareOptions, output: str | 
     Raises:
         DataError: naming ``where``: an output over the size limits without ``allow_large``, no room for it.
     """
+    nexts = [f"--labels {opts.labels}"] * (opts.labels == "next_activity") + [f"--targets {opts.targets}"] * (
+        opts.targets in ("next_degree", "next_log_degree"))
+    if nexts and len(prepared.snapshot_edges) == 1:  # the last snapshot has no next: one snapshot, nothing to learn
+        raise DataError(f"{where}: with {' and '.join(nexts)}, snapshot t's values come from snapshot t+1's edges, "
+                        "and this input makes 1 snapshot: every value would be none (-1, NaN); cut it into more "
+                        "(--snapshots, --window or --events-per-snapshot)")
     snapshots, num_classes, targets = _derived_tasks(prepared, opts)
     estimate = estimate_output(
         prepared,
