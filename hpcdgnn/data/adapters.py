@@ -704,6 +704,12 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
                 raise DataError(f"{where}: targets[{k}] has {y.shape[0]} values for N = {n} vertices")
     else:
         ys, unwound = _window_targets(targets, xs, window, labels, where)
+    for s, y in enumerate([] if labels else ys):  # the writer, after the fact, named the output and a snapshot
+        inf = np.isinf(y)
+        if inf.any():
+            i = int(np.argmax(inf))
+            k = s if window is None else s - window + 1  # the window ending at step s
+            raise DataError(f"{where}: targets[{k}]: {y[i]:g} at {i} is not a target (NaN marks none; inf is refused)")
     num_classes = _num_classes(ys, n, where) if labels and targets else 0
     check_output(output, force, ())
 
@@ -716,6 +722,9 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
                 raise DataError(f"{where}: edge_index[{k}]: shape {ei.shape}, expected (2, E)")
             src, dst = _ids(ei[0], f"edge_index[{k}][0]", where, n), _ids(ei[1], f"edge_index[{k}][1]", where, n)
             w = None if edge_weight[k] is None else _floats(edge_weight[k], f"edge_weight[{k}]", where)
+            if w is not None and w.shape != src.shape:
+                raise DataError(f"{where}: {weights_name}[{k}]: shape {w.shape}, expected ({src.shape[0]},): one "
+                                f"weight per edge of edge_index[{k}]")
             if w is not None:  # stored as given weights: GCN-normalised, as prepare's --weights given
                 _finite(w, w, f"edge_weight[{k}]", where)
                 check_given_weights(where, [w], f"edge_weight[{k}]", "a signal's edge weights are given weights")

@@ -199,8 +199,14 @@ def _signal(**kw):
      r"targets\[0\]: -3 at 2 is not a class label"),
     (lambda o: from_signal(_signal(targets=[np.array([0, 1, 1e9])] * 2), o, labels=True),
      r"targets\[0\]: label 1e\+09 at 2 makes 1e\+09 classes"),
+    # these two were named by the writer after the fact: "OUTPUT: snapshot 1: targets contain Inf", "... 2 weights"
+    (lambda o: from_signal(_signal(targets=[np.zeros(3), np.array([0.5, -np.inf, np.nan])]), o),
+     r"^from_signal: targets\[1\]: -inf at 1 is not a target \(NaN marks none"),
+    (lambda o: from_signal(_signal(edge_weight=np.ones(2)), o),
+     r"^from_signal: edge_weight\[0\]: shape \(2,\), expected \(3,\): one weight per edge of edge_index\[0\]"),
 ], ids=["w_str", "ef_str", "nv_str", "nv_frac", "shard_str", "w_neg", "w_nan", "w_2d", "sig_shard", "x_str",
-        "y_str", "ew_str", "ew_neg", "x_nan", "x_f32", "lab_nan", "lab_frac", "lab_one", "lab_neg", "lab_huge"])
+        "y_str", "ew_str", "ew_neg", "x_nan", "x_f32", "lab_nan", "lab_frac", "lab_one", "lab_neg", "lab_huge",
+        "y_inf", "ew_len"])
 def test_api_refuses_what_it_would_store_wrong_in_one_line(tmp_path, call, match):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
