@@ -15,6 +15,7 @@ import pytest
 
 from hpcdgnn.__main__ import main
 from hpcdgnn.data.adapters import from_arrays, from_signal, from_temporal_data
+from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.errors import DataError
 
 S, D, T = np.array([0, 1, 2, 3, 4]), np.array([1, 2, 3, 4, 0]), np.array([0, 1, 2, 3, 4])
@@ -329,6 +330,24 @@ def test_next_step_labels_or_targets_of_a_single_snapshot_are_refused(tmp_path, 
     with pytest.raises(DataError, match=r"from_arrays: with labels='next_activity', .* makes 1 snapshot"):
         from_arrays(S, D, T, tmp_path / "api", snapshots=1, labels="next_activity")
     assert not (tmp_path / "api").exists()
+
+
+@pytest.mark.parametrize("text, line, comment", [
+    ("1 2 10 # from the log\n2 3 20\n", 1, "'# from the log'"),  # was "found a header line": map it with --columns
+    ("1 2 10\n2 3 20 % retried\n3 1 30\n", 2, "'% retried'"),  # was "expected 3 columns like line 1, got 5"
+    ("1 2 #10\n2 3 20\n", 1, "'#10'"),
+])
+def test_a_comment_after_the_data_of_a_row_is_named(tmp_path, capsys, text, line, comment):
+    """A row ending in a comment is refused naming the comment, not as a header or a row of other width; an id
+    starting with '#' (a hashtag graph) is still an id."""
+    raw = tmp_path / "edges.txt"
+    raw.write_text(text)
+    _refused([str(raw), "--format", "snap", "--output", str(tmp_path / "o")], capsys,
+             f"{raw}:{line}: {comment} after the data is a comment", f"sed 's/[[:space:]]*{comment[1]}.*//'")
+    assert not (tmp_path / "o").exists()
+    raw.write_text("alice #hpc 10\n#hpc bob 20\nbob #hpc 30\n")  # line 2 is a comment line, as documented
+    _prepared([str(raw), "--format", "snap", "--output", str(tmp_path / "tags"), "--snapshots", "2"], capsys)
+    assert load_manifest(tmp_path / "tags").num_vertices == 3
 
 
 # --------------------------------------------------------------------------- 5. a last line cut short

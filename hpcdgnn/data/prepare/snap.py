@@ -52,6 +52,7 @@ from hpcdgnn.data.prepare._common import (
     read_input_text,
     remap_ids,
     resolve_columns,
+    shorten,
     slice_events,
     split_fields,
     stored_edges_per_slice,
@@ -190,8 +191,24 @@ def _fields(path: Path, row: tuple[int, str]) -> list[str]:
     return split_fields(row[1], comma_separated(row[1]), path, row[0])
 
 
+def _inline_comment(path: Path, lineno: int, fields: list[str]) -> DataError | None:
+    """The error for a row that ends in a comment (``1 2 10 # note``), else None: read as fields, it is one of
+    more columns than the rows above, or, on line 1, a header whose advice (``--columns``) cannot read it."""
+    # past src and dst: an id may start with '#' (a hashtag graph's), a weight or time never does
+    at = next((i for i, f in enumerate(fields) if i >= 2 and f[:1] in "#%"), None)
+    if at is None:
+        return None
+    return DataError(f"{path}:{lineno}: {shorten(' '.join(fields[at:]))!r} after the data is a comment, which "
+                     "--format snap reads only as a whole line ('#' or '%' first): remove it, e.g. "
+                     f"sed 's/[[:space:]]*{fields[at][0]}.*//' IN > OUT")
+
+
 def _header_error(path: Path, lineno: int, header: list[str]) -> DataError:
-    """A header line in a SNAP file: name it, and say how to map it with ``--columns``."""
+    """A header line in a SNAP file: name it, and say how to map it with ``--columns`` (a row ending in a comment
+    is named so instead)."""
+    comment = _inline_comment(path, lineno, header)
+    if comment is not None:
+        return comment
     guess = guess_columns(header, ("src", "dst", "time", "weight"))
     if all(k in guess for k in REQUIRED_COLUMNS):
         mapping = ",".join(f"{k}={header[i].strip()}" for k, i in guess.items())
@@ -242,11 +259,13 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
             if len(parts) not in (3, 4):
                 if second is not None and looks_like_header(first, second):
                     raise _header_error(path, lineno, first)
-                raise DataError(f"{path}:{lineno}: expected 3 or 4 columns (src dst [weight] time), got {len(parts)}")
+                raise _inline_comment(path, lineno, parts) or DataError(
+                    f"{path}:{lineno}: expected 3 or 4 columns (src dst [weight] time), got {len(parts)}")
             cols = [[] for _ in parts]
             first_line = lineno
         elif len(parts) != len(cols):
-            raise DataError(f"{path}:{lineno}: expected {len(cols)} columns like line {first_line}, got {len(parts)}")
+            raise _inline_comment(path, lineno, parts) or DataError(
+                f"{path}:{lineno}: expected {len(cols)} columns like line {first_line}, got {len(parts)}")
         for c, p in zip(cols, parts, strict=True):
             c.append(p)
         lines.append(lineno)
