@@ -626,6 +626,34 @@ def _temporal_mapping(data: Mapping, where: str) -> Any:
     return SimpleNamespace(**{k: data.get(k) for k in _TEMPORAL_KEYS})
 
 
+#: the attributes of PyG Temporal's three signal classes that :func:`from_signal` reads: the keys a mapping may have
+_SIGNAL_KEYS = ("edge_index", "edge_weight", "edge_indices", "edge_weights", "features", "feature", "targets")
+
+
+def _signal_mapping(signal: Mapping, where: str) -> Any:
+    """A mapping given as a PyG Temporal signal (its attributes as keys) as an object with those attributes.
+
+    Raises:
+        DataError: naming a key no signal has (with the likely one for a misspelling), or one of ``edge_index`` and
+            ``edge_indices`` both or neither given.
+    """
+    from types import SimpleNamespace
+
+    from hpcdgnn.config.load import _did_you_mean
+
+    for k in signal:
+        if k not in _SIGNAL_KEYS:
+            raise DataError(f"{where}: signal[{k!r}]: unknown key; {_did_you_mean(str(k), list(_SIGNAL_KEYS))}")
+    graphs = [k for k in ("edge_index", "edge_indices") if k in signal]
+    if len(graphs) != 1:
+        raise DataError(f"{where}: signal: give 'edge_index' (one graph for every step) or 'edge_indices' (one per "
+                        f"step){', not both' if graphs else ''}")
+    # no weights: as the signal classes hold them (None, or one None per step)
+    unweighted = {"edge_weight": None} if graphs[0] == "edge_index" else {
+        "edge_weights": [None] * len(signal["edge_indices"])}
+    return SimpleNamespace(**{**unweighted, **signal})
+
+
 @once_per_job
 @_in_python_words
 def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8,
@@ -669,6 +697,8 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
 
     where = "from_signal"
     output = _output(output, where)
+    if isinstance(signal, Mapping):  # read by attribute, a dict had "no features" whatever it held
+        signal = _signal_mapping(signal, where)
     shard_size = _whole(shard_size, "shard_size", where)
     labels, force, reverse_edges = (_flag(v, k, where) for k, v in (("labels", labels), ("force", force),
                                                                    ("reverse_edges", reverse_edges)))

@@ -770,3 +770,27 @@ def test_bfloat16_tensors_are_read_as_the_float32_values_they_hold(tmp_path):
     with pytest.raises(DataError, match=r"from_arrays: t: torch dtype torch.complex32 has no numpy equivalent"):
         from_arrays(src, dst, half, tmp_path / "c", **kw)
     assert not (tmp_path / "c").exists()
+
+
+def test_a_signal_given_as_a_dict_is_read_as_the_signal_object(tmp_path, capsys):
+    """A dict of a signal's attributes (edge_index, edge_weight, features, targets, ...) was 'the signal has no
+    features' (read by attribute); now it writes what the object writes, and a key no signal has is named."""
+    import h5py
+
+    sig = _static_signal()
+    from_signal(sig, tmp_path / "obj")
+    from_signal(dict(vars(sig)), tmp_path / "dict")
+    a, b = _inspect(tmp_path / "obj", capsys), _inspect(tmp_path / "dict", capsys)
+    for key in ("num_vertices", "num_snapshots", "num_features", "nnz", "edges", "targets", "valid"):
+        assert a[key] == b[key], key
+    with h5py.File(tmp_path / "obj" / "shards" / "shard-00000.h5") as f, \
+            h5py.File(tmp_path / "dict" / "shards" / "shard-00000.h5") as g:
+        for name in ("indptr", "indices", "weights", "x", "targets"):
+            np.testing.assert_array_equal(f["t000003"][name][()], g["t000003"][name][()])
+    dyn = {"edge_indices": [sig.edge_index] * 6, "features": sig.features, "targets": sig.targets}  # no weights
+    assert from_signal(dyn, tmp_path / "dyn").num_snapshots == 6
+    with pytest.raises(DataError, match=r"^from_signal: signal\['featuers'\]: unknown key; did you mean 'features'"):
+        from_signal({"edge_index": sig.edge_index, "featuers": sig.features}, tmp_path / "typo")
+    with pytest.raises(DataError, match=r"^from_signal: signal: give 'edge_index' .* or 'edge_indices'"):
+        from_signal({"features": sig.features}, tmp_path / "nograph")
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "nograph").exists()
