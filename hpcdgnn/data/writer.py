@@ -157,7 +157,7 @@ def _force_refusal(root: Path) -> str | None:
 def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] = ()) -> None:
     """Refuse (:class:`DataError`) a non-empty ``root`` unless ``force``, and even then anything but an
     earlier dataset or what holds one of ``inputs``; never a link, a mount point or the working directory (or
-    above), which the final rename cannot replace."""
+    above), which the final rename cannot replace, nor a directory inside a dataset."""
     root = Path(root)
     where = root.resolve()
     if root.is_symlink():
@@ -167,6 +167,11 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
                         f"place) cannot replace; give a directory inside it, e.g. {root / 'dataset'}")
     if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
         raise DataError(f"{root}: output is the working directory or holds it; name a directory for the dataset")
+    for parent in where.parents:
+        # a dataset holds only its own files: one nested in it would make a later --force on it refuse, and be
+        # removed with it
+        if (parent / "manifest.json").is_file() and (parent / "shards").is_dir():
+            raise DataError(f"{root}: output is inside the dataset {parent}; choose a directory outside it")
     for path in inputs:
         src = Path(path).resolve()
         if src == where or where in src.parents:

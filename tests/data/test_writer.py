@@ -278,6 +278,19 @@ def test_a_mount_point_is_no_output(tmp_path, monkeypatch):
     assert _tree(tmp_path) == before
 
 
+def test_no_output_inside_a_dataset(tmp_path):
+    """An output inside a dataset directory (``--output ds/new``, or under its ``shards/``) was written there, and
+    ``--force`` on the dataset then refused it as 'not a dataset directory'; it is one line, nothing written."""
+    write_dataset(tmp_path / "ds", _raw(), num_vertices=N)
+    before = _tree(tmp_path)
+    for out in ("ds/new", "ds/shards/new", "ds/a/b"):
+        for force in (True, False):
+            with pytest.raises(DataError, match=r"output is inside the dataset .*ds; choose a directory outside"):
+                write_dataset(tmp_path / out, _raw(), num_vertices=N, force=force)
+    assert _tree(tmp_path) == before
+    write_dataset(tmp_path / "ds2", _raw(), num_vertices=N)  # beside it: fine
+
+
 def test_prepare_never_replaces_its_input(tmp_path):
     """The input file, or a directory holding it, is refused as ``--output`` even with ``--force``, before
     it is read."""
