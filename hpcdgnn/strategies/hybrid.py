@@ -306,6 +306,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self._loss_sum = 0.0
         self._since_round = np.zeros(5)
         self.reservoir: BatchReservoir | None = None
+        self._first: Stored | None = None
         #: (action, its store's size before) where selecting the batch not yet trained stored one (threads: 0)
         self._selected: tuple[int, int] | None = None
         self._snapshot_mb: float | None = None
@@ -316,6 +317,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             caps = [max(1, int(self.N * T_train / math.prod(self.sizes(a)) / len(self.actions)))
                     for a in range(len(self.actions))]
             self.reservoir = BatchReservoir(o.reservoir, caps, self._build)
+            self._first = self._first_stored()
         self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
 
@@ -457,18 +459,22 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         seq = Sequence(serial, start, start + self.sizes(action)[0], 0)
         return Stored(serial, seq, mine, self._layout(self.task, 0, seq, mine, (0,)) if mine.shape[0] else None)
 
-    def _start_reservoir(self) -> None:
-        """Before the first batch: agree on the snapshot-batch size and refuse a store too small for a batch; then
-        store the start action's first batch and start the generator threads."""
-        from hpcdgnn.train.collective import collective_error
+    def _first_stored(self) -> Stored:
+        """The start action's first stored batch, built at set-up to refuse a ``max_mb`` that holds no batch
+        there: a refusal in :meth:`setup` reaches every rank (``agree``) before the run directory is kept, where
+        one at the first batch left an ``--output`` directory without a checkpoint. Raised on the rank whose
+        batch does not fit (its own targets' bytes); ``agree`` names it."""
+        first, limit = self._build(self.opts.start_action(), 0), self.opts.reservoir.max_mb
+        if first.nbytes > limit * 2**20:
+            raise ConfigError(f"strategy.reservoir.max_mb: {limit:g} MiB holds no batch (one is "
+                              f"{first.nbytes / 2**20:.4g} MiB); raise it")
+        return first
 
-        o = self.opts.reservoir
-        first = self._build(self.opts.start_action(), 0)
-        largest = self.comm.allreduce_array([first.nbytes], op="max", tag="setup")[0]
-        if largest > o.max_mb * 2**20:
-            raise collective_error(ConfigError(f"strategy.reservoir.max_mb: {o.max_mb:g} MiB holds no batch (one is "
-                                               f"{largest / 2**20:.4g} MiB); raise it"))
+    def _start_reservoir(self) -> None:
+        """Before the first batch of a run not resumed: agree on the snapshot-batch size; then store the start
+        action's first batch (built at set-up) and start the generator threads."""
         self._agree_snapshot_mb()
+        first, self._first = self._first, None
         self.reservoir.serials[self.opts.start_action()] = 1
         self.reservoir._insert(self.opts.start_action(), first)
         self.reservoir.start()
@@ -670,6 +676,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     def _start_reservoir_from(self, serials: list[list[int]]) -> None:
         """Rebuild the stores of a checkpoint (inline, before any thread starts)."""
         rsv = self.reservoir
+        self._first = None  # the stores are the checkpoint's (the set-up's first batch served its check)
         self._agree_snapshot_mb()
         for a, store in enumerate(serials):
             for serial in store:

@@ -242,6 +242,20 @@ def test_bad_input_exits_2_at_p3(launcher, dense, tmp_path, override, needle):
     exits_2_with_one_line(launcher, _job(tmp_path, dense), f"strategy.name=hybrid {override}", needle)
 
 
+def test_a_reservoir_holding_no_batch_is_refused_at_set_up_leaving_no_run_directory(launcher, dense, tmp_path):
+    """``reservoir.max_mb`` below one batch was refused at the first epoch's first batch, after the run directory
+    and its files were made: the refusal left an ``--output`` directory without a checkpoint. The strategy's
+    set-up refuses it now, where a refused new run removes what it made."""
+    job, out = _job(tmp_path, dense), tmp_path / "fresh" / "run"
+    sets = ["strategy.name=hybrid", "strategy.vertex_fractions=[0.5]", "strategy.reservoir.mode=on",
+            "strategy.reservoir.max_mb=0.0001"]
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(out), "--set", *sets], timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "strategy.reservoir.max_mb: 0.0001 MiB holds no batch" in lines[0], lines
+    assert not (tmp_path / "fresh").exists(), sorted(p.name for p in (tmp_path / "fresh").rglob("*"))
+
+
 #: a learned batch size with a reproducible reward, over fractional batches
 DQN = [*RANDOM[:-1], "strategy.adjuster.kind=dqn", "strategy.adjuster.reward_time=work"]
 #: rounds by count: deterministic
