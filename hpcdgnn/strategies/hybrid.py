@@ -317,6 +317,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             caps = [max(1, int(self.N * T_train / math.prod(self.sizes(a)) / len(self.actions)))
                     for a in range(len(self.actions))]
             self.reservoir = BatchReservoir(o.reservoir, caps, self._build)
+            # synchronous, inline: every rank's stores must match, so "max_mb reached" is agreed (reservoir.py)
+            self.reservoir.agreed = o.averaging.mode == "allreduce" and o.reservoir.threads == 0
             self._first = self._first_stored()
         self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
@@ -402,14 +404,27 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             t0 = time.perf_counter()
             seq, mine, layout = self._select(epoch, g, a)
             count = sum(self.task.sample_examples(t, mine, epoch) for t in range(seq.start, seq.stop))
-            # async: the loss over local examples, no collective per step
-            examples = count if asynchronous else float(self.comm.allreduce_array([count], tag="batch")[0])
+            # async: the loss over local examples, no collective per step. Synchronous, with agreed stores: the
+            # sum carries beside the count whether any rank's stored bytes reached max_mb (no collective of its
+            # own); the next step's selection reads it (applied after this step: a stop before it keeps the
+            # flag the resumed selection of this step reads)
+            agreed = self.reservoir is not None and self.reservoir.agreed
+            full = False
+            if asynchronous:
+                examples = count
+            elif agreed:
+                examples, over = self.comm.allreduce_array([count, float(self.reservoir.over())], tag="batch")
+                examples, full = float(examples), over > 0
+            else:
+                examples = float(self.comm.allreduce_array([count], tag="batch")[0])
             samples = [HybridSample(seq, mine, a, layout)] if mine.shape[0] else []
             self._idle += not samples
             self._loss_sum = 0.0
             yield SampleBatch(epoch, g, examples if examples > 0 else 1.0, samples)
             # resumed after the optimizer step
             self._selected = None
+            if full:
+                self.reservoir.full = True
             seconds = time.perf_counter() - t0
             work = self._work(a, mine)
             if asynchronous:
@@ -640,11 +655,12 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         # running total, which an epoch's figure summed over epochs would count again)
         seconds, self._generator_reported = (self.reservoir.seconds - self._generator_reported,
                                              self.reservoir.seconds)
-        total = self.comm.allreduce_array([self.reservoir.nbytes, seconds], tag="metrics")
+        nbytes, seconds, stored = zip(*self.comm.allgather_obj(
+            (self.reservoir.nbytes, seconds, sum(map(len, self.reservoir.stores))), tag="metrics"), strict=True)
         return {"reservoir": {"reused": int(k["reused"]), "snapshot": int(k["snapshot"]), "fresh": int(k["fresh"]),
                               "reuse_rate": k["reused"] / steps if steps else 0.0,
-                              "p": k["p"] / steps if steps else 0.0, "bytes": int(total[0]),
-                              "generator_seconds": float(total[1])}}
+                              "p": k["p"] / steps if steps else 0.0, "bytes": int(sum(nbytes)),
+                              "stored": [int(n) for n in stored], "generator_seconds": float(sum(seconds))}}
 
     def close(self, collective: bool = True) -> None:
         """Stop the reservoir's generator threads; then the base's."""
@@ -654,15 +670,17 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     def state_dict(self) -> dict:
         """The adjuster's state (H3: a DQN's network, replay, ε and RNG), the same on every rank, and the reservoir's
-        serials (H4): the same on every rank with ``reservoir.threads: 0``, else each rank's own, any of which
-        serves any rank (:attr:`replicated_state`); between two steps, without the one the next step's selection
-        stored (:meth:`resumes_between_batches`)."""
+        serials (H4) and the agreed "max_mb reached" (:attr:`BatchReservoir.full`): the same on every rank under
+        synchronous averaging with ``reservoir.threads: 0``, else each rank's own, any of which serves any rank
+        (:attr:`replicated_state`); between two steps, without the one the next step's selection stored
+        (:meth:`resumes_between_batches`)."""
         rsv = self.reservoir
         serials = None if rsv is None else [[b.serial for b in store] for store in rsv.stores]
         if serials is not None and self._selected is not None:
             action, before = self._selected
             serials[action] = serials[action][:before]
-        return {"adjuster": self.adjuster.state_dict(), "reservoir": serials}
+        return {"adjuster": self.adjuster.state_dict(), "reservoir": serials,
+                "reservoir_full": rsv is not None and rsv.full}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`: the stored batches are rebuilt from their serials (any P)."""
@@ -671,6 +689,9 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self.adjuster.load_state_dict(state["adjuster"])
         serials = state.get("reservoir")
         if self.reservoir is not None and serials is not None:
+            # the flag the ranks agreed, restored rather than agreed again from the rebuilt stores' bytes (which
+            # would take a collective); stores and their bytes only grow, so once reached it stays
+            self.reservoir.full = self.reservoir.agreed and bool(state.get("reservoir_full", False))
             self._start_reservoir_from(serials)
 
     def _start_reservoir_from(self, serials: list[list[int]]) -> None:

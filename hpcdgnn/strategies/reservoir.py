@@ -10,6 +10,14 @@ else it trains a snapshot batch (every vertex × N_S snapshots) where one fits `
 hybrid batch. ``threads: 0`` fills the store inline, one batch a step (deterministic); ``threads`` > 0 run
 generators beside training, each over its share of the actions, locking only to insert. ``max_mb`` caps a
 rank's stored bytes.
+
+Under synchronous averaging with ``threads: 0`` every rank must hold stores of the same sizes: p, and so the
+choice between a stored batch and a fresh one, is then the same on every rank, and the ranks train the parts of
+one batch whose gradients the all-reduce sums. A rank's bytes depend on the targets it owns, so "``max_mb``
+reached" is agreed (:attr:`BatchReservoir.agreed`, :attr:`BatchReservoir.full`): each step's all-reduce of the
+batch's example count carries it, and the stores stop growing on every rank once one rank's bytes reach the cap.
+Under ``averaging.mode: async``, or with generator threads, each rank's stores are its own (their timing
+decides them), and the cap is each rank's own.
 """
 
 from __future__ import annotations
@@ -81,6 +89,11 @@ class BatchReservoir:
         self.serials = [0] * len(caps)
         self.nbytes = 0
         self.seconds = 0.0
+        #: whether "max_mb reached" is decided by every rank together (:meth:`over` all-reduced by the caller)
+        #: rather than by this rank's bytes: synchronous averaging with ``threads: 0`` (the module's docstring)
+        self.agreed = False
+        #: ``agreed``: some rank's bytes reached ``max_mb`` (at the last all-reduce that carried :meth:`over`)
+        self.full = False
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -90,8 +103,13 @@ class BatchReservoir:
         """Eq. 4's probability of reusing a stored batch of ``action``."""
         return len(self.stores[action]) / self.caps[action]
 
+    def over(self) -> bool:
+        """Whether this rank's stored bytes reached ``max_mb`` (what the ranks agree on when :attr:`agreed`)."""
+        return self.nbytes >= self.cfg.max_mb * 2**20
+
     def _room(self, action: int) -> bool:
-        return len(self.stores[action]) < self.caps[action] and self.nbytes < self.cfg.max_mb * 2**20
+        # by bytes: a rank stores while below the cap, so it may pass it by one batch
+        return len(self.stores[action]) < self.caps[action] and not (self.full if self.agreed else self.over())
 
     def fill(self, action: int) -> None:
         """Build and store one batch of ``action`` if its store has room (inline: ``threads: 0``)."""

@@ -370,6 +370,29 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
     assert np.all(np.isfinite(threaded)) and sum(r["hybrid"]["reservoir"]["generator_seconds"] for r in recs_t) > 0
 
 
+def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(launcher, sparse, tmp_path):
+    """``max_mb`` caps a rank's bytes, which depend on the targets it owns: each rank stopped storing when its own
+    bytes reached the cap, so at P = 3 one rank held 4 batches and the others 3 (``stored`` per rank), their p
+    differed, and at one step a rank reused a stored batch while another trained a fresh one (their gradients
+    summed halves of different batches). "Reached" is agreed now: every rank stores as many batches, and a run
+    resumed at epoch 2 continues as the straight one."""
+    job = _four_epochs(tmp_path, sparse)
+    # ~1 KiB a stored batch on a rank here: the cap binds after about three, on one rank before the others
+    bound = [*RESERVOIR, "strategy.reservoir.max_mb=0.003"]
+    (free, recs_f), (_, recs) = _losses_many(launcher, 3, [(job, tmp_path / "free", RESERVOIR),
+                                                          (job, tmp_path / "bound", bound)])
+    stored = [r["hybrid"]["reservoir"]["stored"] for r in recs]
+    assert all(len(set(s)) == 1 for s in stored), stored
+    assert stored[-1][0] < recs_f[-1]["hybrid"]["reservoir"]["stored"][0], (stored, recs_f[-1])  # it binds
+    part = Path(shutil.copytree(tmp_path / "bound", tmp_path / "part"))
+    shutil.rmtree(part / "checkpoints" / "epoch-000004")
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["loss"], r["grad_norm"], r["hybrid"]["reservoir"]["stored"]) for r in read_metrics(part)] == \
+        [(r["loss"], r["grad_norm"], r["hybrid"]["reservoir"]["stored"]) for r in recs]
+    assert np.all(np.isfinite(free))
+
+
 def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, tmp_path):
     """``closure: lhop`` (the paper's L hops) runs DCRNN's cells on the subgraph those rows induce: fewer rows read
     than the exact receptive closure, and losses near, not equal to, the exact ones."""
