@@ -307,6 +307,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self._since_round = np.zeros(5)
         self.reservoir: BatchReservoir | None = None
         self._first: Stored | None = None
+        #: the stored batch the step being trained reuses (recounted once it has trained)
+        self._trained: Stored | None = None
         #: (action, its store's size before) where selecting the batch not yet trained stored one (threads: 0)
         self._selected: tuple[int, int] | None = None
         self._snapshot_mb: float | None = None
@@ -394,6 +396,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self._idle = 0
         self._rounds = 0
         self._picks = dict.fromkeys(("reused", "snapshot", "fresh", "p"), 0.0)
+        self._trained = None
         if self.reservoir is not None and self._snapshot_mb is None:
             self._start_reservoir()
         if self._since is None:
@@ -423,6 +426,9 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             yield SampleBatch(epoch, g, examples if examples > 0 else 1.0, samples)
             # resumed after the optimizer step
             self._selected = None
+            if self._trained is not None:  # a stored batch that trained holds its operators now (reservoir.py)
+                self.reservoir.recount(self._trained)
+                self._trained = None
             if full:
                 self.reservoir.full = True
             seconds = time.perf_counter() - t0
@@ -455,6 +461,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self._picks["p"] += p
             if rng.random() < p:
                 item = rsv.pick(action, int(rng.integers(2**62)))
+                self._trained = item
                 self._picks["reused"] += 1
                 return item.seq, item.targets, item.layout
             n_s = self.sizes(action)[0]
@@ -679,8 +686,11 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         if serials is not None and self._selected is not None:
             action, before = self._selected
             serials[action] = serials[action][:before]
+        nbytes = None if rsv is None else [[b.nbytes for b in store[:len(kept)]]
+                                           for store, kept in zip(rsv.stores, serials, strict=True)]
         return {"adjuster": self.adjuster.state_dict(), "reservoir": serials,
-                "reservoir_full": rsv is not None and rsv.full}
+                "reservoir_full": rsv is not None and rsv.full,
+                "reservoir_bytes": nbytes, "reservoir_of": [self.comm.rank, self.comm.size]}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`: the stored batches are rebuilt from their serials (any P)."""
@@ -692,16 +702,25 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             # the flag the ranks agreed, restored rather than agreed again from the rebuilt stores' bytes (which
             # would take a collective); stores and their bytes only grow, so once reached it stays
             self.reservoir.full = self.reservoir.agreed and bool(state.get("reservoir_full", False))
-            self._start_reservoir_from(serials)
+            # this rank's own checkpoint: its batches counted as the run counted them, trained ones with the
+            # operators they hold again once they train (rebuilt, they hold fewer bytes until then, and a count
+            # of those would let the stores grow where the run's stopped); another rank's bytes are not mine
+            own = state.get("reservoir_of") == [self.comm.rank, self.comm.size]
+            self._start_reservoir_from(serials, state.get("reservoir_bytes") if own else None)
 
-    def _start_reservoir_from(self, serials: list[list[int]]) -> None:
-        """Rebuild the stores of a checkpoint (inline, before any thread starts)."""
+    def _start_reservoir_from(self, serials: list[list[int]], nbytes: list[list[int]] | None = None) -> None:
+        """Rebuild the stores of a checkpoint (inline, before any thread starts). ``nbytes``, this rank's own
+        counts where given: a batch that had trained is counted as it held then (its operators come back when it
+        trains again), so the stores stop growing where the run's did."""
         rsv = self.reservoir
         self._first = None  # the stores are the checkpoint's (the set-up's first batch served its check)
         self._agree_snapshot_mb()
         for a, store in enumerate(serials):
-            for serial in store:
-                rsv._insert(a, self._build(a, serial))
+            for k, serial in enumerate(store):
+                item = self._build(a, serial)
+                if nbytes is not None:
+                    item.nbytes = max(item.nbytes, int(nbytes[a][k]))
+                rsv._insert(a, item)
             rsv.serials[a] = max(store, default=-1) + 1
         rsv.start()
 

@@ -9,7 +9,8 @@ stored batch with probability::
 else it trains a snapshot batch (every vertex × N_S snapshots) where one fits ``max_batch_mb``, else a fresh
 hybrid batch. ``threads: 0`` fills the store inline, one batch a step (deterministic); ``threads`` > 0 run
 generators beside training, each over its share of the actions, locking only to insert. ``max_mb`` caps a
-rank's stored bytes.
+rank's stored bytes, counted as the batches hold them: again after a stored batch trains, when a
+graph-recurrent cell has memoised its operators on it (:meth:`BatchReservoir.recount`).
 
 Under synchronous averaging with ``threads: 0`` every rank must hold stores of the same sizes: p, and so the
 choice between a stored batch and a fresh one, is then the same on every rank, and the ranks train the parts of
@@ -65,13 +66,17 @@ def _held_bytes(obj) -> int:
 
 class Stored:
     """One stored batch: its serial, window, this rank's targets, the built layout and its bytes
-    (:func:`layout_bytes`, as built; operators memoised when it first trains are not counted)."""
+    (:meth:`count`: as built, then recounted after each time it trains, :meth:`BatchReservoir.recount`)."""
 
     __slots__ = ("serial", "seq", "targets", "layout", "nbytes")
 
     def __init__(self, serial: int, seq, targets, layout) -> None:
         self.serial, self.seq, self.targets, self.layout = serial, seq, targets, layout
-        self.nbytes = layout_bytes(layout) + targets.nbytes
+        self.nbytes = self.count()
+
+    def count(self) -> int:
+        """The bytes the batch holds now: its layout's (:func:`layout_bytes`) and its targets'."""
+        return layout_bytes(self.layout) + self.targets.nbytes
 
 
 class BatchReservoir:
@@ -128,6 +133,15 @@ class BatchReservoir:
             self.stores[action].append(item)
             self.nbytes += item.nbytes
             self.seconds += seconds
+
+    def recount(self, item: Stored) -> None:
+        """Count ``item``'s bytes again after it trained: graph-recurrent cells memoise their operators on its
+        step graphs the first time it trains (and a backward builds Ãᵀ), which it then holds (several times
+        its bytes as built), so ``max_mb`` caps what the stores hold and the record reports it."""
+        nbytes = item.count()  # the training thread alone changes a stored layout: counted outside the lock
+        with self.lock:
+            self.nbytes += nbytes - item.nbytes
+            item.nbytes = nbytes
 
     def start(self) -> None:
         """Start ``threads`` generators, thread i building the actions i, i + threads, ...; at most one per action:

@@ -370,27 +370,62 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
     assert np.all(np.isfinite(threaded)) and sum(r["hybrid"]["reservoir"]["generator_seconds"] for r in recs_t) > 0
 
 
-def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(launcher, sparse, tmp_path):
+@pytest.mark.parametrize(("model", "max_mb", "more"), [("tgcn_cell", 0.003, []),
+                                                      ("gconv_lstm", 0.0066, ["strategy.vertex_fractions=[0.1,0.2]"])])
+def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(launcher, sparse, tmp_path, model,
+                                                                             max_mb, more):
     """``max_mb`` caps a rank's bytes, which depend on the targets it owns: each rank stopped storing when its own
     bytes reached the cap, so at P = 3 one rank held 4 batches and the others 3 (``stored`` per rank), their p
     differed, and at one step a rank reused a stored batch while another trained a fresh one (their gradients
     summed halves of different batches). "Reached" is agreed now: every rank stores as many batches, and a run
-    resumed at epoch 2 continues as the straight one."""
-    job = _four_epochs(tmp_path, sparse)
-    # ~1 KiB a stored batch on a rank here: the cap binds after about three, on one rank before the others
-    bound = [*RESERVOIR, "strategy.reservoir.max_mb=0.003"]
-    (free, recs_f), (_, recs) = _losses_many(launcher, 3, [(job, tmp_path / "free", RESERVOIR),
+    resumed at epoch 1 continues as the straight one — with GConvLSTM too, whose stored batches hold their
+    operators once trained: there the cap binds in epoch 2 on those bytes, which the batches rebuilt at the
+    resume do not hold until they train (counted as built, the resumed stores grew one batch more)."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": model, "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint={"every": 1, "keep": 3})
+    # a stored batch here is ~1-2 KiB on a rank: the cap binds after a few, on one rank before the others
+    bound = [*RESERVOIR, *more, f"strategy.reservoir.max_mb={max_mb}"]
+    (free, recs_f), (_, recs) = _losses_many(launcher, 3, [(job, tmp_path / "free", [*RESERVOIR, *more]),
                                                           (job, tmp_path / "bound", bound)])
     stored = [r["hybrid"]["reservoir"]["stored"] for r in recs]
     assert all(len(set(s)) == 1 for s in stored), stored
     assert stored[-1][0] < recs_f[-1]["hybrid"]["reservoir"]["stored"][0], (stored, recs_f[-1])  # it binds
     part = Path(shutil.copytree(tmp_path / "bound", tmp_path / "part"))
-    shutil.rmtree(part / "checkpoints" / "epoch-000004")
+    for epoch in (2, 3):
+        shutil.rmtree(part / "checkpoints" / f"epoch-{epoch:06d}")
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
     assert proc.returncode == 0, proc.stderr
     assert [(r["loss"], r["grad_norm"], r["hybrid"]["reservoir"]["stored"]) for r in read_metrics(part)] == \
         [(r["loss"], r["grad_norm"], r["hybrid"]["reservoir"]["stored"]) for r in recs]
     assert np.all(np.isfinite(free))
+
+
+@pytest.mark.parametrize("model", ["gconv_lstm", "dcrnn"])
+def test_the_reservoirs_bytes_are_what_its_stores_hold_after_training(launcher, sparse, tmp_path, monkeypatch,
+                                                                      model):
+    """A graph-recurrent cell memoises its operators on a stored batch's step graphs the first time the batch
+    trains; its bytes were counted as built, so ``max_mb`` capped and ``reservoir.bytes`` reported a fraction of
+    what the stores held. At each epoch's record (in this process) they are the stores' :func:`layout_bytes` as
+    the stores are then."""
+    from hpcdgnn.strategies.reservoir import layout_bytes
+
+    seen = []
+    report = HybridStrategy._reservoir_report
+
+    def checked(self):
+        out = report(self)
+        held = sum(layout_bytes(b.layout) + b.targets.nbytes for store in self.reservoir.stores for b in store)
+        seen.append((out["reservoir"]["bytes"], held, out["reservoir"]["reused"]))
+        return out
+
+    monkeypatch.setattr(HybridStrategy, "_reservoir_report", checked)
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": model, "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 2})
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set",
+                               *RESERVOIR])
+    assert proc.returncode == 0, proc.stderr
+    assert len(seen) == 2 and all(reused > 0 for *_, reused in seen), seen  # stored batches did train
+    assert [counted for counted, *_ in seen] == [held for _, held, _ in seen], seen
 
 
 def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, tmp_path):
