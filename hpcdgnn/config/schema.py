@@ -382,7 +382,7 @@ class ReservoirConfig:
     threads: int = 0
     """Generator threads filling the stores beside training; 0 = one batch a step, inline (deterministic)."""
     max_mb: float = 256.0
-    """Bytes a rank may store, MiB; at least one batch (a rank may pass it by one). Under ``averaging: allreduce``
+    """Bytes a rank may store, MiB; at least one batch (a rank may pass it by one batch). Under ``averaging: allreduce``
     with ``threads: 0`` the stores stop growing on every rank once one rank reaches it, so ranks keep agreeing;
     where it binds, P ranks do not reproduce one process (the cap is per rank)."""
     max_batch_mb: float = 64.0
