@@ -113,17 +113,23 @@ _hpcdgnn_launched=
 _hpcdgnn_note=
 _hpcdgnn_note_link=
 _hpcdgnn_partial=  # a dataset being prepared under its private name (hpcdgnn_ensure_data), for a stop to remove
+_hpcdgnn_substitutions=0  # hpcdgnn_capture's substitutions so far in this shell
+_hpcdgnn_substituting=    # the number of the one running now, else empty
+_hpcdgnn_int_substitution=  # the substitution in which the SIGINT trap last ran (see "One Ctrl-C" below)
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 
-# VAR=$(CMD ARGS...), CMD's status its status, by backquotes: no parse in this shell (see "Command substitution")
+# VAR=$(CMD ARGS...), CMD's status its status, by backquotes: no parse in this shell (see "Command substitution");
+# the one substitution of this file and the job scripts after hpcdgnn_init, numbered for the SIGINT trap ("One Ctrl-C")
 hpcdgnn_capture() {  # VAR CMD [ARGS...]
   # printf -v sets the innermost VAR in scope: one named as a local below would be set and dropped, the caller's
   # left as it was (and the status lost), so such a name is refused
   _hpcdgnn_own_name hpcdgnn_capture "$1" _hpcdgnn_captured _hpcdgnn_status || return 2
   local _hpcdgnn_captured _hpcdgnn_status=0
+  _hpcdgnn_substituting=$((_hpcdgnn_substitutions += 1))
   # shellcheck disable=SC2006  # backquotes on purpose: bash <= 5.2 parses $(...) here, a pending trap with it
   _hpcdgnn_captured=`"${@:2}"` || _hpcdgnn_status=$?
+  _hpcdgnn_substituting=  # bash 4.4's second run of the SIGINT trap (if any) came before this line
   printf -v "$1" '%s' "$_hpcdgnn_captured" || return 2  # not a variable's name: printf's line said so
   return "$_hpcdgnn_status"
 }
@@ -142,6 +148,7 @@ _hpcdgnn_own_name() {  # FUNCTION NAME LOCAL...: status 2 and one line when NAME
 # substitution's own; one on the hpcdgnn_capture call would hold in this shell, where a trap run meanwhile (a second
 # signal's 'again' line) would write into it
 _hpcdgnn_quiet() { "$@" 2>/dev/null; }
+_hpcdgnn_with_stderr() { "$@" 2>&1; }  # likewise, CMD's stderr captured with its stdout
 
 # The file in which this script names the SIGTERM/SIGINT it passes on to the launcher as SIGUSR1, for the run's line
 # ("pre-empted (SIGTERM, passed on by the job script as SIGUSR1)"): given to the launch as HPCDGNN_MPIRUN_RELAYED
@@ -170,6 +177,22 @@ _hpcdgnn_name_signal() {  # INT|TERM: what the SIGUSR1 about to be sent stands f
   fi
 }
 
+# One Ctrl-C. Bash before 5.0 can run the SIGINT trap twice for one SIGINT to the process group (a Ctrl-C, LSF's
+# bkill) that comes while a command substitution runs: once for the shell's own SIGINT, which zread
+# (lib/sh/zread.c) runs at once when it interrupts the read of the substitution's output, and once more for the
+# SIGINT that command_substitute (subst.c: "send SIGINT to ourselves. This will break out of loops") sends this
+# shell when the substitution's process died of that same SIGINT; the second run came before the next command.
+# Bash 5.0's zread leaves the first pending, and the two are one pending trap, run once. Counted as two, one Ctrl-C
+# was "SIGINT again" and stopped the set-up with 130 instead of its clean 75. So a second run of the SIGINT trap
+# within one hpcdgnn_capture is that same SIGINT; one in a later step, or another signal, is a second signal.
+# (bash 5.x also runs one trap for signals that come during one step: two Ctrl-Cs there were one already.)
+_hpcdgnn_same_sigint() {  # INT|TERM|USR1: status 0 when this run of the trap is bash 4.4's echo of the last SIGINT
+  [ "$1" = INT ] && [ -n "$_hpcdgnn_substituting" ] || return 1
+  [ "$_hpcdgnn_int_substitution" = "$_hpcdgnn_substituting" ] && return 0
+  _hpcdgnn_int_substitution=$_hpcdgnn_substituting
+  return 1
+}
+
 # A pre-emption warning (SLURM --signal=B:USR1@T, LSF -wa USR1) or a termination reaches this shell: ask the
 # ranks to checkpoint at the next epoch boundary (or between two batches) by sending SIGUSR1 to the launcher, which forwards it
 # (srun, mpirun and jsrun forward SIGUSR1 to every task; Open MPI's mpirun would kill them on SIGTERM).
@@ -177,6 +200,7 @@ _hpcdgnn_name_signal() {  # INT|TERM: what the SIGUSR1 about to be sent stands f
 # once, as it stops the ranks and hpcdgnn-mpirun: no checkpoint of the epoch, exit 128 + n (130, 143). With no
 # launcher running (the set-up before it, or after the run), the script itself exits so at once.
 _hpcdgnn_on_signal() {
+  if _hpcdgnn_same_sigint "$1"; then return 0; fi
   # the time by printf's builtin, not $(date): a second signal to the job's process group (scancel signals them all)
   # killed the forked date and left the line without one
   local now
@@ -791,8 +815,7 @@ print(" ".join(MPI.Get_library_version().replace("\0", "").strip().splitlines()[
 
 _hpcdgnn_srun_offers() {  # TYPE: 'srun --mpi=list' names it
   local list  # not 'srun | grep -q': grep's early exit would fail the pipe under pipefail
-  # shellcheck disable=SC2006  # its stderr too; backquotes, not $(...) ("Command substitution" above)
-  list=`srun --mpi=list 2>&1` || return 1
+  hpcdgnn_capture list _hpcdgnn_with_stderr srun --mpi=list || return 1
   grep -q -w -- "$1" <<<"$list"
 }
 
@@ -808,8 +831,7 @@ hpcdgnn_mpirun_launch() {  # RANKS: HPCDGNN_LAUNCH = $HPCDGNN_MPIRUN (mpirun) [-
 
 _hpcdgnn_is_open_mpi() {  # MPIRUN
   local version
-  # shellcheck disable=SC2006  # its stderr too; backquotes, not $(...) ("Command substitution" above)
-  version=`"$1" --version 2>&1` || return 1
+  hpcdgnn_capture version _hpcdgnn_with_stderr "$1" --version || return 1
   grep -q "Open MPI" <<<"$version"
 }
 

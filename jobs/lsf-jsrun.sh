@@ -29,9 +29,10 @@ cd "${HPCDGNN_ROOT:-${LS_SUBCWD:-.}}"
 source jobs/lib.sh
 hpcdgnn_init
 
+compute_nodes() { sort -u "$1" | grep -vc -e '^batch' -e '^login' || true; }  # the hosts but the launch/batch node
 if [ -z "${NODES:-}" ]; then
-  # shellcheck disable=SC2006  # backquotes: with the traps set, no $(...) (jobs/lib.sh, "Command substitution")
-  NODES=`sort -u "${LSB_DJOB_HOSTFILE:?not inside an LSF job; set NODES}" | grep -vc -e '^batch' -e '^login' || true`
+  # hpcdgnn_capture, not $(...) (jobs/lib.sh, "Command substitution") nor bare backquotes ("One Ctrl-C")
+  hpcdgnn_capture NODES compute_nodes "${LSB_DJOB_HOSTFILE:?not inside an LSF job; set NODES}"
 fi
 G=${GPUS_PER_NODE:-6}
 CPUS=${CPUS_PER_NODE:-42}
