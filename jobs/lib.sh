@@ -129,7 +129,12 @@ hpcdgnn_capture() {  # VAR CMD [ARGS...]
   _hpcdgnn_substituting=$((_hpcdgnn_substitutions += 1))
   # shellcheck disable=SC2006  # backquotes on purpose: bash <= 5.2 parses $(...) here, a pending trap with it
   _hpcdgnn_captured=`"${@:2}"` || _hpcdgnn_status=$?
-  _hpcdgnn_substituting=  # bash 4.4's second run of the SIGINT trap (if any) came before this line
+  # bash 4.4's second run of the SIGINT trap (if any) came before this line
+  if [ "$_hpcdgnn_status" = 0 ] && [ "$_hpcdgnn_int_substitution" = "$_hpcdgnn_substituting" ] \
+      && [ "${BASH_VERSINFO[0]}" -lt 5 ]; then
+    _hpcdgnn_status=130  # the SIGINT's, which bash 4 can report as 0, the substitution's process dead ("One Ctrl-C")
+  fi
+  _hpcdgnn_substituting=
   printf -v "$1" '%s' "$_hpcdgnn_captured" || return 2  # not a variable's name: printf's line said so
   return "$_hpcdgnn_status"
 }
@@ -185,7 +190,11 @@ _hpcdgnn_name_signal() {  # INT|TERM: what the SIGUSR1 about to be sent stands f
 # Bash 5.0's zread leaves the first pending, and the two are one pending trap, run once. Counted as two, one Ctrl-C
 # was "SIGINT again" and stopped the set-up with 130 instead of its clean 75. So a second run of the SIGINT trap
 # within one hpcdgnn_capture is that same SIGINT; one in a later step, or another signal, is a second signal.
-# (bash 5.x also runs one trap for signals that come during one step: two Ctrl-Cs there were one already.)
+# (bash 5.x also runs one trap for signals that come during one step: two Ctrl-Cs there were one already.) And where
+# the trap ran inside the substitution, bash 4.4 could report the substitution's command, which that SIGINT had
+# killed, as a success (status 0, no output: the state of RUNDIR read as '', "cannot tell the state", exit 2): a
+# capture in which the SIGINT trap ran says 130 under bash 4 (a signal to the script alone stopped nothing: the job
+# stops before the launch all the same, 75).
 _hpcdgnn_same_sigint() {  # INT|TERM|USR1: status 0 when this run of the trap is bash 4.4's echo of the last SIGINT
   [ "$1" = INT ] && [ -n "$_hpcdgnn_substituting" ] || return 1
   [ "$_hpcdgnn_int_substitution" = "$_hpcdgnn_substituting" ] && return 0
