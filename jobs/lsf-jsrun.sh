@@ -31,8 +31,17 @@ hpcdgnn_init
 
 compute_nodes() { sort -u "$1" | grep -vc -e '^batch' -e '^login' || true; }  # the hosts but the launch/batch node
 if [ -z "${NODES:-}" ]; then
+  if [ -z "${LSB_DJOB_HOSTFILE:-}" ] || [ ! -r "$LSB_DJOB_HOSTFILE" ]; then
+    _hpcdgnn_log "no LSF host file to count the nodes in (LSB_DJOB_HOSTFILE=${LSB_DJOB_HOSTFILE:-}): run it inside" \
+      "an LSF job (bsub < jobs/lsf-jsrun.sh), or set NODES"
+    exit 2
+  fi
   # hpcdgnn_capture, not $(...) (jobs/lib.sh, "Command substitution") nor bare backquotes ("One Ctrl-C")
-  hpcdgnn_capture NODES compute_nodes "${LSB_DJOB_HOSTFILE:?not inside an LSF job; set NODES}"
+  hpcdgnn_capture NODES compute_nodes "$LSB_DJOB_HOSTFILE"
+  if [ "$NODES" = 0 ]; then
+    _hpcdgnn_log "$LSB_DJOB_HOSTFILE lists no compute node (only batch/login hosts): set NODES"
+    exit 2
+  fi
 fi
 G=${GPUS_PER_NODE:-6}
 CPUS=${CPUS_PER_NODE:-42}

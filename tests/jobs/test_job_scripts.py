@@ -932,6 +932,21 @@ def test_rundir_without_a_submit_time(fake, tmp_path):
     assert (tmp_path / "runs" / ".jobs" / "slurm-4242").read_text().strip() == str(path)
 
 
+@pytest.mark.parametrize("hosts", [None, "", "batch1\n"])
+def test_lsf_jsrun_outside_lsf_without_nodes_is_refused(fake, tmp_path, hosts):
+    """lsf-jsrun.sh counts its nodes in LSF's host file: run without one (outside LSF, no NODES) it went on with no
+    count, prepared the job's data and launched ``jsrun --nrs 0`` (or, since its count went through hpcdgnn_capture,
+    exited 1 with bash's own line); a host file of batch hosts alone gave --nrs 0 too. Now one line, exit 2, no
+    launch."""
+    env = dict(LSB_JOBID=5, LSB_JOBNAME="x", LS_SUBCWD=REPO)
+    if hosts is not None:
+        (tmp_path / "hosts").write_text(hosts)
+        env["LSB_DJOB_HOSTFILE"] = tmp_path / "hosts"
+    proc = fake.run("lsf-jsrun.sh", **env)
+    assert proc.returncode == 2 and fake.log() == [], (proc.returncode, proc.stdout, proc.stderr, fake.log())
+    assert len(proc.stderr.splitlines()) == 1 and "set NODES" in proc.stderr, proc.stderr
+
+
 def test_lsf_rundir_without_bjobs(fake, tmp_path):
     """LSF: the submit time bjobs reports names the directory; without it, the job id alone (and a note)."""
     env = dict(LSB_JOBID=7, LSB_JOBNAME="x", LSB_DJOB_NUMPROC=2, LS_SUBCWD=REPO)
