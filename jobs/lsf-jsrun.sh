@@ -45,7 +45,7 @@ if [ -z "${NODES:-}" ]; then
 fi
 G=${GPUS_PER_NODE:-6}
 CPUS=${CPUS_PER_NODE:-42}
-if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}"; fi
+if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}" || hpcdgnn_setup_failed; fi
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 HPCDGNN_LAUNCH=(jsrun --nrs "$NODES" --rs_per_host 1 --tasks_per_rs "$G" --gpu_per_rs "$G"
   --cpu_per_rs "$CPUS" --bind "packed:$((CPUS / G))" --launch_distribution packed)

@@ -32,7 +32,7 @@ source jobs/lib.sh
 hpcdgnn_init
 
 RANKS=${RANKS:-${LSB_DJOB_NUMPROC:-1}}
-if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}"; fi
+if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}" || hpcdgnn_setup_failed; fi
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 hpcdgnn_mpirun_launch "$RANKS"  # unbound under Open MPI, as every launcher here: threads follow the binding
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"

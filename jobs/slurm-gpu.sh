@@ -36,7 +36,7 @@ source jobs/lib.sh
 hpcdgnn_init
 
 RANKS=${RANKS:-${SLURM_NTASKS:-1}}
-if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}"; fi
+if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}" || hpcdgnn_setup_failed; fi
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 hpcdgnn_slurm_launch "$RANKS"
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"

@@ -105,7 +105,7 @@ if [ -z "${RUNDIR:-}" ]; then
   if [ -n "${SWEEP:-}" ]; then
     RUNDIR=${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-$SWEEP/p$P
   else
-    hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}"
+    hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}" || hpcdgnn_setup_failed
     RUNDIR=$RUNDIR/p$P
   fi
 fi

@@ -46,10 +46,10 @@ if [ -z "${RANKS_LIST:-}" ]; then
   for ((p = 1; p <= NTASKS; p *= 2)); do RANKS_LIST="$RANKS_LIST $p"; done
 fi
 hpcdgnn_check_ranks_list "$RANKS_LIST" || exit 2
-if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}"; fi
+if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}" || hpcdgnn_setup_failed; fi
 
 base='' name='' parent=''  # set by hpcdgnn_capture
-hpcdgnn_capture base hpcdgnn_data_path "$JOB"
+hpcdgnn_capture base hpcdgnn_data_path "$JOB" || hpcdgnn_setup_failed  # a signal that ended it: the stop's 75
 hpcdgnn_capture name basename "$base"
 hpcdgnn_capture parent dirname "$base"
 if ! [[ $name =~ ^n([0-9]+)-(t[0-9]+-f[0-9.]+(-s[0-9]+)?)$ ]]; then

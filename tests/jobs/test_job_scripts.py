@@ -678,6 +678,37 @@ def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
     assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
 
 
+def test_a_signal_while_the_weak_sweep_reads_its_data_path_is_a_clean_stop(fake, tmp_path):
+    """SIGTERM to the job's processes (a time limit, ``scancel --full``) while slurm-weak.sh reads the job's data.path
+    (a Python step, slowed here): the step died of it and ``set -e`` ended the script with 143, no clean stop's line;
+    now it is the pre-emption before the launch, 75, and nothing ran."""
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'rand' / 'n16-t4-f2'}}}\nmodel: {{name: cdgcn}}\n")
+    reading = tmp_path / "reading"
+    slow_py = tmp_path / "python"
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ] && [ "$2" = {job} ]; then touch {reading}; sleep 5; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    slow_py.chmod(0o755)
+    env = {**fake.env, **{k: str(v) for k, v in _slurm(SLURM_JOB_NAME="hpcdgnn-weak", SLURM_NTASKS=2, JOB=job,
+                                                        RANKS_LIST="1", HPCDGNN_PYTHON=slow_py).items()}}
+    env.pop("DATA")
+    proc = subprocess.Popen(["bash", str(JOBS / "slurm-weak.sh")], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not reading.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.02)
+        time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED and "SIGTERM during the set-up" in out, out
+    assert fake.log() == [] and not (tmp_path / "rand").exists(), out
+
+
 def test_a_pre_empted_weak_sweep_names_the_run_it_resumes(fake, tmp_path):
     """The log line after a pre-emption names the P's run and its checkpoint (it looked at the sweep's
     directory and said there was no checkpoint)."""
