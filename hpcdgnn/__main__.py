@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import traceback
 
 from hpcdgnn.errors import (
@@ -140,6 +141,142 @@ def _on_stop_signals(handler, signals: tuple[int, ...] = (signal.SIGTERM, signal
     return replaced
 
 
+#: the MPI tag (on ``COMM_WORLD``) of the ranks' words about a stop of embed or predict (:class:`_JobStop`); beside
+#: :mod:`hpcdgnn.rank_zero`'s tags of the commands rank 0 runs for the job
+_STOP_TAG = 0x4AE1
+#: how long a stopped rank waits to hear from every other rank before it ends the job with ``MPI_Abort``: a rank
+#: whose thread cannot run (its main thread in C code that holds the GIL) or whose command already finished
+_STOP_GRACE_S = 10.0
+
+
+class _JobStop:
+    """A stop signal to any rank of an embed or predict job, after its communicator exists: one line for the job,
+    every rank's exit status 130, nothing left at ``--output``.
+
+    Every rank got the signal (mpirun, srun and hpcdgnn-mpirun's relay signal them all) or not (``kill`` of one
+    rank's process). A signalled rank may be inside a collective that a peer left, where a Python handler never
+    runs: each printed its own line and aborted, or hung. So the handlers here do nothing, and a thread of each rank
+    acts: it sees the signal on :func:`signal.set_wakeup_fd`'s pipe, which the C handler writes into even while
+    the main thread waits in MPI; removes what embed was writing (:func:`hpcdgnn.embed.stop_writing`); tells every
+    other rank on :data:`_STOP_TAG` ``("stop", signal, own)``; and a rank told before its own signal came (or
+    never signalled) stops too, as told. Once every rank has told its stop, the lowest rank that was signalled
+    itself (rank 0 where it was) prints the line and tells the others ``("done",)``; each then leaves with
+    ``os._exit(130)`` — its main thread may be in a collective that never completes, so neither a return nor
+    ``MPI_Finalize`` is possible. Where a rank is not heard within :data:`_STOP_GRACE_S` the line is printed as
+    far as known and ``MPI_Abort(130)`` ends the job. Needs ``MPI_THREAD_MULTIPLE`` (:meth:`start` returns None
+    without it: the main thread's interrupt and abort then).
+    """
+
+    def __init__(self, command: str, world) -> None:
+        self.command, self.world = command, world
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.lock = threading.Lock()
+        self.stopping = self.finished = False
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)  # the C handler must never block on a full pipe
+        self.saved_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.replaced = _on_stop_signals(lambda *_: None, _PASS_STOPS)
+        self.thread = threading.Thread(target=self._watch, name="hpcdgnn-stop", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def start(cls, command: str) -> _JobStop | None:
+        """The watch for ``command`` (embed, predict) on this rank; None where MPI gives no
+        ``MPI_THREAD_MULTIPLE`` or ``main`` runs in another thread than the main one."""
+        from hpcdgnn.comm.world import init_mpi
+
+        MPI = init_mpi()
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE or threading.current_thread() is not threading.main_thread():
+            return None
+        return cls(command, MPI.COMM_WORLD)
+
+    def finish(self) -> None:
+        """The command's work is done (or failed by itself): end the watch; a stop signal now interrupts the main
+        thread, as where one process runs the command. A stop already under way ends the process instead
+        (:meth:`wait`)."""
+        with self.lock:
+            if not self.stopping:
+                self.finished = True
+        if not self.finished:
+            self.wait()
+        self.thread.join()
+        signal.set_wakeup_fd(self.saved_fd)
+        _on_stop_signals(_interrupt, tuple(self.replaced))
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+    def wait(self) -> None:
+        """The main thread, where a stop is under way (its work stopped, or failed since a peer left): the thread
+        ends the process; this never returns."""
+        self.thread.join()
+        os._exit(EXIT_PASS_STOPPED)  # not reached: the thread exits or aborts
+
+    def _send(self, word: tuple) -> list:
+        return [self.world.isend(word, dest=r, tag=_STOP_TAG) for r in range(self.size) if r != self.rank]
+
+    def _watch(self) -> None:
+        try:
+            self._watch_stops()
+        except BaseException:  # a broken watch must not leave the job waiting: it ends as a crash does
+            sys.stderr.write(f"rank {self.rank}/{self.size}: {traceback.format_exc()}")
+            sys.stderr.flush()
+            self.world.Abort(1)
+
+    def _watch_stops(self) -> None:
+        import select
+        import time
+
+        from mpi4py import MPI
+
+        heard: dict[int, tuple[int, bool]] = {}  # rank -> (signal, signalled itself)
+        done, mine, sent, deadline = False, None, [], 0.0
+        status = MPI.Status()
+        while mine is not None or not self.finished:
+            # once stopping, the ranks must leave together: the first process to exit without MPI_Finalize makes
+            # the launcher kill the others, whose exit status is then its signal's, not 130
+            ready, _, _ = select.select([self.read_fd], [], [], 0.02 if mine is None else 0.0002)
+            signums = [b for b in os.read(self.read_fd, 64) if b in _PASS_STOPS] if ready else []
+            while self.world.Iprobe(source=MPI.ANY_SOURCE, tag=_STOP_TAG, status=status):
+                source = status.Get_source()
+                word = self.world.recv(source=source, tag=_STOP_TAG)
+                if word[0] == "done":
+                    done = True
+                else:
+                    heard[source] = (word[1], word[2])
+            if mine is None and (signums or heard):
+                with self.lock:
+                    if self.finished:  # the work is done: the main thread goes on to its ordinary exit
+                        return
+                    self.stopping = True
+                # first what this rank was writing goes: no rank exits before every rank told its stop
+                embed = sys.modules.get("hpcdgnn.embed")
+                if embed is not None:
+                    embed.stop_writing()
+                mine = (signums[0], True) if signums else (next(iter(heard.values()))[0], False)
+                sent = self._send(("stop", *mine))
+                deadline = time.monotonic() + _STOP_GRACE_S
+            if mine is None:
+                continue
+            everyone = {**heard, self.rank: mine}
+            own = sorted(r for r, (_, itself) in everyone.items() if itself)
+            if done:  # the line is out and every rank stopped
+                os._exit(EXIT_PASS_STOPPED)
+            if len(everyone) == self.size:
+                if own[0] == self.rank:
+                    self._say(mine[0])
+                    MPI.Request.Waitall(sent + self._send(("done",)))
+                    os._exit(EXIT_PASS_STOPPED)
+            elif time.monotonic() > deadline:
+                if own and own[0] == self.rank:
+                    self._say(mine[0])
+                self.world.Abort(EXIT_PASS_STOPPED)
+
+    def _say(self, signum: int) -> None:
+        with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
+            os.write(2, f"hpcdgnn: {self.command}: stopped by {signal.Signals(signum).name}; nothing it was "
+                     "writing is left\n".encode())
+
+
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
     """:func:`_spmd_body`; called in-process (not as the process's command), the signal handlers it sets are put
     back on return: the caller goes on, and its later children would inherit what it leaves."""
@@ -163,7 +300,8 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
     An error every rank meets is one line from rank 0; one a rank meets alone is its line with the rank, then
     ``MPI_Abort`` (the others may wait in a collective); a crash prints ``rank R/P: <traceback>`` and aborts.
     ``preemptible`` (``run``): a first SIGTERM/SIGINT asks for a checkpoint, a second stops at once; otherwise
-    (``embed``, ``predict``) the first stops: what was being written is removed, exit 130.
+    (``embed``, ``predict``) the first stops: what was being written is removed, exit 130 — on several ranks of
+    a command line through :class:`_JobStop` (one line for the job, every rank 130).
     """
     from hpcdgnn import preemption
 
@@ -196,8 +334,13 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         raise
     if comm.size > 1:
         _install_abort_hook(comm)
+    watch = None
     if not preemptible and _AS_COMMAND:
-        _on_stop_signals(_interrupt, _PASS_STOPS)
+        # several ranks: a thread of each stops the job together (one line, exit 130 on every rank); alone the
+        # interrupt unwinds this process, removing what it was writing
+        watch = _JobStop.start(command[0]) if comm.size > 1 else None
+        if watch is None:
+            _on_stop_signals(_interrupt, _PASS_STOPS)
     try:
         from hpcdgnn.comm.world import check_same_command
         from hpcdgnn.train.collective import agree_start, collective_error
@@ -207,7 +350,15 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
             differ = check_same_command(comm, _env_switches() + command)
             if differ:
                 raise collective_error(ConfigError(differ))
-        code = body(comm)
+        try:
+            code = body(comm)
+        except BaseException:
+            if watch is not None and watch.stopping:  # the stop's thread ends the process, with its one line
+                watch.wait()
+            raise
+        finally:  # every way out: the thread must not probe MPI while the interpreter finalises it
+            if watch is not None:
+                watch.finish()
         # the work is done: a scheduler's early warning (or hpcdgnn-mpirun's relay of a SIGTERM) from now on must
         # not end the process with SIGUSR1's default action once the interpreter's shutdown puts it back (a
         # completed run's job exited 138); SIG_IGN outlives that shutdown. Only where the process is the command
@@ -219,7 +370,8 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
     except KeyboardInterrupt:
         if preemptible:
             raise
-        # every rank gets the signal from mpirun or the scheduler; a rank that did not is ended by the abort
+        # one process, an in-process caller or an MPI without MPI_THREAD_MULTIPLE (else _JobStop ends it): a rank
+        # the signal did not reach is ended by the abort
         return _rank_error(comm.rank, comm.size, comm.abort, f"{command[0]}: stopped by a signal; no partial "
                            "output is left", EXIT_PASS_STOPPED)
     except (HpcdgnnError, CommFailure) as e:

@@ -24,10 +24,12 @@ import argparse
 import contextlib
 import json
 import os
+import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +38,8 @@ from hpcdgnn.metrics.results import json_safe
 
 __all__ = ["PASS_SPLITS", "EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "embedded", "pairs_of",
            "predicted", "read_embeddings", "run_embed", "run_predict", "score_embeddings"]
+
+T = TypeVar("T")
 
 _SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".npz": "npz"}
 
@@ -120,6 +124,47 @@ def read_embeddings(path: str | os.PathLike) -> EmbeddingFile:
         raise DataError(f"{path}: not an hpcdgnn embeddings file ({e})") from None
 
 
+#: the temporary files rank 0 is writing, and whether a stop of the job took them over (:func:`stop_writing`); the
+#: lock orders a temporary's creation and its rename into place against that stop, which comes from another thread
+_TEMPORARIES: set[Path] = set()
+_STOP_LOCK = threading.Lock()
+_STOPPED: list[bool] = []
+
+
+def stop_writing() -> None:
+    """Remove the temporary files being written, and refuse to create or rename any from now on: the command line's
+    stop of an embed or predict job on several ranks (``hpcdgnn.__main__._JobStop``), from its own thread while
+    the main thread may be in the middle of a write; the process then ends without unwinding."""
+    with _STOP_LOCK:
+        _STOPPED.append(True)
+        for tmp in _TEMPORARIES:
+            tmp.unlink(missing_ok=True)
+        _TEMPORARIES.clear()
+
+
+def _created(tmp: Path, create: Callable[[], T]) -> T:
+    """``create()`` of the temporary file ``tmp``, unless a stop took the writing over (:func:`stop_writing`)
+    before: then :class:`~hpcdgnn.preemption.Stopped`, which the stop's thread answers (the process ends)."""
+    with _STOP_LOCK:
+        if _STOPPED:
+            from hpcdgnn.preemption import Stopped
+
+            raise Stopped(0)
+        _TEMPORARIES.add(tmp)
+        return create()
+
+
+def _into_place(tmp: Path, path: Path) -> None:
+    """``os.replace(tmp, path)``, unless a stop removed ``tmp`` meanwhile (:func:`_created`)."""
+    with _STOP_LOCK:
+        if _STOPPED:
+            from hpcdgnn.preemption import Stopped
+
+            raise Stopped(0)
+        os.replace(tmp, path)
+        _TEMPORARIES.discard(tmp)
+
+
 @contextlib.contextmanager
 def _or_removed(path, remove):
     """On any failure (a full disk, a signal) ``remove()`` the temporary file: nothing half written of ``path``
@@ -156,7 +201,7 @@ class _Writer:
             if self.f is None:
                 import h5py
 
-                self.f = h5py.File(self.tmp, "w")
+                self.f = _created(self.tmp, lambda: h5py.File(self.tmp, "w"))
                 self.f.create_dataset("embeddings", (self.num_steps, *z.shape), dtype=z.dtype)
                 self.f.create_dataset("computed", (self.num_steps, z.shape[0]), dtype=bool)
             self.f["embeddings"][self.k] = z
@@ -177,13 +222,13 @@ class _Writer:
             if self.fmt == "memory":
                 self.result = EmbeddingFile(z, steps, computed, json.loads(meta))
                 return
-            with open(self.tmp, "wb") as f:
+            with _created(self.tmp, lambda: open(self.tmp, "wb")) as f:
                 np.savez(f, embeddings=z, computed=computed, steps=steps, meta=np.asarray(meta))
         else:
             self.f.create_dataset("steps", data=steps)
             self.f.attrs["meta"] = meta
             self.f.close()
-        os.replace(self.tmp, self.path)
+        _into_place(self.tmp, self.path)
 
     def discard(self) -> None:
         if self.f is not None:
@@ -193,6 +238,7 @@ class _Writer:
         self.parts = []
         if self.tmp is not None:
             self.tmp.unlink(missing_ok=True)
+            _TEMPORARIES.discard(self.tmp)
 
 
 def _meta(tr, split: str, epoch: int, metrics: dict) -> dict:
@@ -480,11 +526,11 @@ def _write_scores(path: str, pairs: np.ndarray, scores: np.ndarray) -> None:
     """``u,v,t,score`` rows, written under a temporary name and renamed when complete."""
     tmp = Path(path + ".tmp")
     with _or_removed(path, lambda: tmp.unlink(missing_ok=True)):
-        with open(tmp, "w") as f:
+        with _created(tmp, lambda: open(tmp, "w")) as f:
             f.write("u,v,t,score\n")
             for (u, v, t), s in zip(pairs.tolist(), scores.tolist(), strict=True):
                 f.write(f"{u},{v},{t},{s!r}\n")
-        os.replace(tmp, path)
+        _into_place(tmp, Path(path))
 
 
 def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=None) -> dict[str, float]:

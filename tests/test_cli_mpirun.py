@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,27 +18,29 @@ from tests.conftest import REPO, make_dataset, mpi_env, run_launched, write_job
 
 pytestmark = pytest.mark.mpi
 
-#: run by each rank: ``python -m hpcdgnn ARGS`` as a process of its own (the MPI rank it inherits from the
-#: launcher's environment), its stdout, stderr and exit status kept per rank; this wrapper exits 0 whatever the
-#: command did, so that no launcher ends the other ranks early and a rank left waiting shows as a timeout
+#: run by each rank: ``python -m hpcdgnn ARGS`` (or ``python -c CODE ARGS``) as a process of its own (the MPI rank
+#: it inherits from the launcher's environment), its stdout, stderr and exit status kept per rank; this wrapper exits
+#: 0 whatever the command did, so that no launcher ends the other ranks early and a rank left waiting shows as a timeout
 _PER_RANK = """
 import os, subprocess, sys
 rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
 out = sys.argv[1]
 with open(f"{out}/out.{rank}", "w") as o, open(f"{out}/err.{rank}", "w") as e:
-    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", *sys.argv[2:]], stdout=o, stderr=e)
+    proc = subprocess.Popen([sys.executable, *sys.argv[2:]], stdout=o, stderr=e)
     open(f"{out}/pid.{rank}", "w").write(str(proc.pid))
     code = proc.wait()
 open(f"{out}/rc.{rank}", "w").write(str(code))
 """
 
 
-def _each_rank(launcher, P: int, args: list[str], tmp_path: Path, meanwhile=None) -> list[tuple[int, str, str]]:
+def _each_rank(launcher, P: int, args: list[str], tmp_path: Path, meanwhile=None,
+               program: tuple[str, ...] = ("-m", "hpcdgnn")) -> list[tuple[int, str, str]]:
     """``mpirun -np P python -m hpcdgnn ARGS``: each rank's (exit status, stdout, stderr). ``meanwhile(pids)``, if
-    given, is called with the ranks' process ids once every rank started its command."""
+    given, is called with the ranks' process ids once every rank started its command. ``program``: what runs the
+    command instead of ``-m hpcdgnn`` (``-c CODE``, which calls ``hpcdgnn.__main__.main()``)."""
     out = tmp_path / f"ranks-{len(list(tmp_path.glob('ranks-*')))}"
     out.mkdir()
-    cmd = launcher.command(P, ["-c", _PER_RANK, str(out), *map(str, args)])
+    cmd = launcher.command(P, ["-c", _PER_RANK, str(out), *program, *map(str, args)])
     if meanwhile is None:
         launch = run_launched(cmd, timeout=150, env=mpi_env(), cwd=REPO)
     else:
@@ -178,3 +181,74 @@ def test_a_bad_calibrate_option_under_mpirun_is_one_line(launcher, tmp_path):
     lines = [ln for _, _, err in ranks for ln in err.splitlines()]
     assert len(lines) == 1 and lines[0].startswith("hpcdgnn: error: calibrate --widths: 0 is no width"), ranks
     assert not (tmp_path / "rates.json").exists()
+
+
+#: ``python -m hpcdgnn`` whose embed and predict gather each step after half a second, the first gather of each rank
+#: marked by a file ``gathering.R`` in the directory MARK: a pass long enough to be signalled in the middle
+_SLOW_GATHER = """
+import os, sys, time
+import hpcdgnn.train.inference as inference
+gather = inference.gather_step
+rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
+def slow(recorder, comm, t):
+    open(os.path.join(MARK, "gathering." + rank), "a").close()
+    time.sleep(0.5)
+    return gather(recorder, comm, t)
+inference.gather_step = slow
+from hpcdgnn.__main__ import main
+sys.exit(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(dataset, tmp_path_factory) -> Path:
+    """A one-epoch run of the module's dataset (one process)."""
+    root = tmp_path_factory.mktemp("trained")
+    job = write_job(root / "job.yaml", dataset, train={"epochs": 1, "lr": 0.01, "seed": 3, "dtype": "float64",
+                                                       "threads": 1})
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(root / "run")],
+                          capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root / "run"
+
+
+@pytest.mark.parametrize("command,sig,who", [("embed", signal.SIGUSR1, "every rank"),
+                                             ("embed", signal.SIGTERM, "rank 0 alone"),
+                                             ("embed", signal.SIGTERM, "not rank 0"),
+                                             ("predict", signal.SIGINT, "every rank")])
+def test_a_stop_signal_to_embed_or_predict_under_way_is_one_line(launcher, trained, tmp_path, command, sig, who):
+    """embed (predict) on 3 ranks signalled in the middle of its pass, as mpirun, srun or hpcdgnn-mpirun signal
+    every rank, or one rank's process by ``kill``: each signalled rank printed '[rank R] hpcdgnn: error: embed:
+    stopped by a signal ...' and called MPI_Abort (the others killed by the launcher). Now the job's one line
+    (rank 0's, or the first signalled rank's), exit 130 on every rank, and nothing at --output."""
+    mark = tmp_path / "mark"
+    mark.mkdir()
+    if command == "embed":
+        out = tmp_path / "z.h5"
+        args = [command, trained, "--split", "all", "--output", out]
+    else:  # link prediction: pairs of each snapshot but the last, scored step by step
+        out, pairs = tmp_path / "scores.csv", tmp_path / "pairs.csv"
+        pairs.write_text("".join(f"{t},{t + 1},{t}\n" for t in range(6)))
+        args = [command, trained, "--pairs", pairs, "--output", out]
+
+    def signal_when_gathering(pids: list[int]) -> None:
+        deadline = time.monotonic() + 120
+        while len(list(mark.iterdir())) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(list(mark.iterdir())) == 3, "the ranks never gathered a step"
+        if command == "embed":  # rank 0 wrote the first step: its file is half written
+            while not out.with_name(out.name + ".tmp").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert out.with_name(out.name + ".tmp").exists(), "embed finished, or never wrote"
+        for pid in {"every rank": pids, "rank 0 alone": pids[:1], "not rank 0": pids[:0:-1]}[who]:
+            os.kill(pid, sig)
+
+    program = ("-c", _SLOW_GATHER.replace("MARK", repr(str(mark))))
+    ranks = _each_rank(launcher, 3, args, tmp_path, signal_when_gathering, program)
+    assert [r[0] for r in ranks] == [130] * 3, ranks
+    lines = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert lines == [f"hpcdgnn: {command}: stopped by {signal.Signals(sig).name}; nothing it was writing is left"], \
+        ranks
+    speaker = 1 if who == "not rank 0" else 0
+    assert ranks[speaker][2] and all(out == "" for _, out, _ in ranks), ranks
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(out.name)) == [], list(tmp_path.iterdir())
