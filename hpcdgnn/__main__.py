@@ -85,6 +85,19 @@ def _speaks_for_job() -> bool:
     return int(rank) == 0
 
 
+def _first_of_another_program() -> int | None:
+    """This process's rank where it is the first rank of another program than rank 0's in an MPMD launch
+    (``mpirun -np 1 A : -np 2 B``), else None. Open MPI tells every process each program's rank count
+    (``OMPI_APP_CTX_NUM_PROCS``, ranks numbered program by program); other launchers say nothing, and then rank 0
+    alone speaks for the job."""
+    counts = os.environ.get("OMPI_APP_CTX_NUM_PROCS", "").split()
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "")
+    if len(counts) < 2 or not rank.isdigit() or not all(c.isdigit() for c in counts):
+        return None
+    firsts = {sum(int(c) for c in counts[:k]) for k in range(1, len(counts))}
+    return int(rank) if int(rank) in firsts else None
+
+
 def _stop_status(signum: int) -> int:
     """A one-process command's exit status when a signal stopped it: the shell's 128 + n, but 130 for SIGUSR1,
     which hpcdgnn-mpirun passes to the ranks for a first Ctrl-C or SIGTERM (the ranks cannot tell which: 130 as
@@ -536,12 +549,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage, help and errors rank 0 alone prints under mpirun (:func:`_speaks_for_job`):
     a job script's ``srun`` runs the command on every rank, which would print them once each. Every rank exits
-    with the parser's status (2 for an error). Its subcommands' parsers are of this class too (argparse makes
-    them as the parent's)."""
+    with the parser's status (2 for an error). In an MPMD launch the first rank of each other program prints its
+    own too, with its rank (:func:`_first_of_another_program`): its command line is not rank 0's, whose parse may
+    have passed, and no other rank knows what it was given. Its subcommands' parsers are of this class too
+    (argparse makes them as the parent's)."""
 
     def _print_message(self, message: str, file=None) -> None:
         if _speaks_for_job():
             super()._print_message(message, file)
+        elif message and (rank := _first_of_another_program()) is not None:
+            super()._print_message(f"[rank {rank}] {message}", file)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -252,3 +252,20 @@ def test_a_stop_signal_to_embed_or_predict_under_way_is_one_line(launcher, train
     speaker = 1 if who == "not rank 0" else 0
     assert ranks[speaker][2] and all(out == "" for _, out, _ in ranks), ranks
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(out.name)) == [], list(tmp_path.iterdir())
+
+
+def test_a_bad_option_on_another_program_s_ranks_is_named_by_its_first_rank(launcher, dataset):
+    """An MPMD launch (``mpirun -np 1 inspect DIR : -np 2 inspect --bad DIR``): the parse failed on ranks 1 and 2
+    alone, which print nothing but rank 0, so no hpcdgnn line said why the job ended (the launcher named rank 1,
+    exit 2). Now the first rank of that program prints the parser's lines with its rank; rank 2, whose command
+    line is rank 1's, stays silent; an SPMD launch still prints them once (test above)."""
+    if not launcher.open_mpi:
+        pytest.skip("Open MPI tells each rank its program's place in an MPMD launch; other launchers do not")
+    inspect = [sys.executable, "-m", "hpcdgnn", "inspect"]
+    cmd = [launcher.mpirun, *launcher.flags, "-np", "1", *inspect, str(dataset), ":", "-np", "2", *inspect, "--bad",
+           str(dataset)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=mpi_env(), cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn" in ln and "prterun" not in ln]
+    assert lines == ["[rank 1] usage: python -m hpcdgnn [-h] COMMAND ...",
+                     "[rank 1] python -m hpcdgnn: error: unrecognized arguments: --bad"], proc.stderr
