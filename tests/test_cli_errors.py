@@ -483,3 +483,20 @@ def test_every_command_that_writes_takes_output():
     for argv in (["report", "RUN", "--output", "D"], ["calibrate", "--output", "D"], ["profile", "--output", "D"]):
         assert parser.parse_args(argv).out == "D", argv
         assert parser.parse_args([*argv[:-2], "--out", "D"]).out == "D", argv
+
+
+def test_the_launcher_counts_every_program_of_an_mpmd_launch():
+    """``hpcdgnn-mpirun -np 1 A : -np 2 B`` on 2 cores: only the first program's -np was read (1 rank), so no
+    --oversubscribe was added and Open MPI refused the 3 ranks ('not enough slots'); a -np 0 of a later program
+    ("every slot" to prterun) passed unrefused. Now the programs' counts are summed and each is checked."""
+    from hpcdgnn import launch
+
+    mpmd = ["-np", "1", "a", "x", ":", "-np", "2", "b"]
+    assert launch.requested_ranks(mpmd) == (3, False)
+    assert "--oversubscribe" in launch.plan(mpmd, "mpirun", "openmpi", euid=1000, cores=2, environ={}).argv
+    assert "--oversubscribe" not in launch.plan(mpmd, "mpirun", "openmpi", euid=1000, cores=3, environ={}).argv
+    # a program whose count is not given fills the slots: nothing is added for it
+    assert launch.requested_ranks(["-np", "1", "a", ":", "b"])[0] is None
+    assert launch.requested_ranks(["-np", "1", "a", ":", "--host", "h", "-np", "1", "b"]) == (2, True)
+    with pytest.raises(launch.LaunchError, match="positive whole number"):
+        launch.plan(["-np", "1", "a", ":", "-np", "0", "b"], "mpirun", "openmpi", euid=1000, cores=2, environ={})
