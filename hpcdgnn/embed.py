@@ -174,7 +174,9 @@ def _or_removed(path, remove):
     except BaseException as e:
         remove()
         if isinstance(e, OSError):
-            raise DataError(f"--output {path}: cannot write it ({e.strerror or e}); nothing was written") from None
+            # h5py's text spans lines and names the temporary file: the errno's words, where it has one
+            why = os.strerror(e.errno) if e.errno else " ".join(str(e.strerror or e).split())
+            raise DataError(f"--output {path}: cannot write it ({why}); nothing was written") from None
         raise
 
 
@@ -248,20 +250,52 @@ def _meta(tr, split: str, epoch: int, metrics: dict) -> dict:
             "metrics": {k: v for k, v in metrics.items() if not k.startswith("train_") or split in ("train", "all")}}
 
 
-def _write_steps(tr, recorder, steps: list[int], writer: _Writer | None, transform=None) -> None:
-    """Gather each step on rank 0 and write it there (``transform``: rows → what to write, e.g. a head)."""
+def _write_steps(tr, recorder, steps: list[int], writer: _Writer | None, transform=None) -> str | None:
+    """Gather each step on rank 0 and write it there (``transform``: rows → what to write, e.g. a head).
+
+    Returns:
+        Rank 0's line where its write failed (a full disk; the file removed), else None. The steps are still
+        gathered after a failure: the other ranks send them whatever rank 0 does with them, and then learn of it
+        in :func:`_refused_together` (had rank 0 left, they would finish and exit 0 while it aborted the job).
+    """
     from hpcdgnn.train.inference import gather_step
 
+    failed = None
     try:
         for t in steps:
             got = gather_step(recorder, tr.comm, t)
-            if writer is not None:
+            if writer is not None and failed is None:
                 z, computed = got
-                writer.add(z if transform is None else transform(t, z), computed)
+                try:
+                    writer.add(z if transform is None else transform(t, z), computed)
+                except DataError as e:
+                    failed = str(e)
     except BaseException:
         if writer is not None:
             writer.discard()
         raise
+    return failed
+
+
+def _closed(writer: _Writer | None, failed: str | None, steps: list[int], meta: dict) -> str | None:
+    """Rank 0's ``writer.close`` after :func:`_write_steps` returned ``failed``: the line of the first failure."""
+    if writer is None or failed is not None:
+        return failed
+    try:
+        writer.close(steps, meta)
+    except DataError as e:
+        return str(e)
+    return None
+
+
+def _refused_together(comm, failed: str | None) -> None:
+    """Rank 0's write failure (collective: every rank calls it) raised on every rank as one error, which rank 0
+    prints once and every rank exits 2 with."""
+    from hpcdgnn.train.collective import collective_error
+
+    failed = comm.bcast_obj(failed, tag="embed")
+    if failed:
+        raise collective_error(DataError(failed))
 
 
 def _metric_line(metrics: dict, split: str) -> str:
@@ -344,9 +378,9 @@ def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
     steps = agree(comm, lambda: pass_steps(tr, args.split))
     metrics, epoch, recorder = _pass_then_close(tr, steps)
     writer = _Writer(args.output, kept.get("fmt"), len(steps)) if comm.rank == 0 else None
-    _write_steps(tr, recorder, steps, writer)
+    failed = _write_steps(tr, recorder, steps, writer)
+    _refused_together(comm, _closed(writer, failed, steps, _meta(tr, args.split, epoch, metrics)))
     if writer is not None:
-        writer.close(steps, _meta(tr, args.split, epoch, metrics))
         _say(comm, f"embed: Z_t of {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} × "
                    f"F = {recorder.width} from {tr.checkpoint.name} on {comm.size} rank(s) -> {_destination(args)}; "
                    f"{_metric_line(metrics, args.split)}")
@@ -481,9 +515,9 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
     task_device = next((p.device for p in task.parameters()), torch.device("cpu"))
     if pairs is None:
         writer = _Writer(args.output, kept.get("fmt"), len(steps)) if comm.rank == 0 else None
-        _write_steps(tr, recorder, steps, writer, head)
+        failed = _write_steps(tr, recorder, steps, writer, head)
+        _refused_together(comm, _closed(writer, failed, steps, _meta(tr, args.split, epoch, metrics)))
         if writer is not None:
-            writer.close(steps, _meta(tr, args.split, epoch, metrics))
             _say(comm, f"predict: {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} -> "
                        f"{_destination(args)}")
         return _handed_out(comm, writer) if args.output is None else None
@@ -512,9 +546,14 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
     problem = comm.bcast_obj(problem, tag="embed")  # rank 0 found it: every rank refuses together
     if problem:
         raise collective_error(DataError(problem))
-    if comm.rank == 0:
-        if args.output is not None:
+    failed = None
+    if comm.rank == 0 and args.output is not None:
+        try:
             _write_scores(args.output, pairs, scores)
+        except DataError as e:  # a full disk: every rank refuses with rank 0's line
+            failed = str(e)
+    _refused_together(comm, failed)
+    if comm.rank == 0:
         _say(comm, f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
                    f"{comm.size} rank(s) -> {_destination(args)}")
     if not hand_out:  # every rank of the command skips it alike: no collective is left unmatched

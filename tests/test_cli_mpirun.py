@@ -269,3 +269,39 @@ def test_a_bad_option_on_another_program_s_ranks_is_named_by_its_first_rank(laun
     lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn" in ln and "prterun" not in ln]
     assert lines == ["[rank 1] usage: python -m hpcdgnn [-h] COMMAND ...",
                      "[rank 1] python -m hpcdgnn: error: unrecognized arguments: --bad"], proc.stderr
+
+
+#: ``python -m hpcdgnn`` whose rank 0 finds its disk full: creating the output's temporary file fails with ENOSPC
+_DISK_FULL = """
+import errno, os, sys
+import hpcdgnn.embed as embed
+created = embed._created
+def full(tmp, create):
+    def fail():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+    return created(tmp, fail)
+embed._created = full
+from hpcdgnn.__main__ import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("command", ["embed", "predict"])
+def test_a_write_that_fails_on_rank_0_is_one_line_and_every_rank_s_exit_2(launcher, trained, tmp_path, command):
+    """embed (predict) on 3 ranks whose output cannot be written (a full disk): rank 0 printed '[rank 0] hpcdgnn:
+    error: --output ...: cannot write it (...)' — for an HDF5 file over two lines, h5py's text — and aborted the
+    job while the other ranks had finished (exit 0, or killed). Now rank 0 goes on gathering, and every rank refuses
+    with its line: one line, every rank exit 2, nothing left."""
+    if command == "embed":
+        out = tmp_path / "z.h5"
+        args = [command, trained, "--split", "all", "--output", out]
+    else:
+        out, pairs = tmp_path / "scores.csv", tmp_path / "pairs.csv"
+        pairs.write_text("".join(f"{t},{t + 1},{t}\n" for t in range(6)))
+        args = [command, trained, "--pairs", pairs, "--output", out]
+    ranks = _each_rank(launcher, 3, args, tmp_path, program=("-c", _DISK_FULL))
+    assert [r[0] for r in ranks] == [2] * 3, ranks
+    lines = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert lines == [f"hpcdgnn: error: --output {out}: cannot write it (No space left on device); nothing was "
+                     "written"], ranks
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(out.name)) == [], list(tmp_path.iterdir())
