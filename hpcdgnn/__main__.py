@@ -34,10 +34,19 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def _install_abort_hook(comm) -> None:
-    """Any uncaught exception on this rank ends the whole MPI job (after printing it with the rank)."""
+    """Any uncaught exception on this rank ends the whole MPI job (after printing it with the rank).
+
+    Not one that C code reports and goes on from (``PyErr_Print`` while Python code still runs: Cython's
+    ``__dealloc__`` errors, such as h5py's failed flush of a file being dropped after a full disk): that is
+    printed as Python prints an ignored exception, and the rank goes on as it would alone. An uncaught exception
+    reaches the hook once no Python frame is left."""
 
     def hook(exc_type, exc, tb):
         text = "".join(traceback.format_exception(exc_type, exc, tb))
+        if sys._getframe().f_back is not None:  # called from inside running code: the exception was ignored
+            sys.stderr.write(f"rank {comm.rank}/{comm.size}: exception ignored: {text}")
+            sys.stderr.flush()
+            return
         sys.stderr.write(f"rank {comm.rank}/{comm.size}: {text}")
         sys.stderr.flush()
         sys.stdout.flush()
