@@ -22,11 +22,15 @@ pytestmark = pytest.mark.mpi
 #: it inherits from the launcher's environment), its stdout, stderr and exit status kept per rank; this wrapper exits
 #: 0 whatever the command did, so that no launcher ends the other ranks early and a rank left waiting shows as a timeout
 _PER_RANK = """
-import os, subprocess, sys
+import os, signal, subprocess, sys
 rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
 out = sys.argv[1]
 with open(f"{out}/out.{rank}", "w") as o, open(f"{out}/err.{rank}", "w") as e:
     proc = subprocess.Popen([sys.executable, *sys.argv[2:]], stdout=o, stderr=e)
+    # (after the start: the command must not inherit the ignore) the launcher's SIGTERM to every rank once one
+    # exits before MPI_Finalize (embed's stop: each leaves with 130 once the line is out) must not end this
+    # wrapper before it records its command's exit status
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     open(f"{out}/pid.{rank}", "w").write(str(proc.pid))
     code = proc.wait()
 open(f"{out}/rc.{rank}", "w").write(str(code))
