@@ -678,6 +678,14 @@ def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
     assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
 
 
+def _await_file(proc: subprocess.Popen, path: Path, timeout: float = 60.0) -> None:
+    """Wait until ``path`` exists (a stand-in step marked its start), the process still running."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.02)
+
+
 def test_a_signal_while_the_weak_sweep_reads_its_data_path_is_a_clean_stop(fake, tmp_path):
     """SIGTERM to the job's processes (a time limit, ``scancel --full``) while slurm-weak.sh reads the job's data.path
     (a Python step, slowed here): the step died of it and ``set -e`` ended the script with 143, no clean stop's line;
@@ -695,10 +703,7 @@ def test_a_signal_while_the_weak_sweep_reads_its_data_path_is_a_clean_stop(fake,
     proc = subprocess.Popen(["bash", str(JOBS / "slurm-weak.sh")], env=env, cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not reading.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
+        _await_file(proc, reading)
         time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=60)[0]
@@ -1234,10 +1239,7 @@ def test_a_second_signal_before_the_launch_stops_the_local_script_at_once(launch
     proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not reading.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
+        _await_file(proc, reading)
         proc.send_signal(signal.SIGTERM)
         lines = []
         for line in proc.stdout:  # the trap's line, once that step is over
@@ -1609,10 +1611,7 @@ def test_a_second_signal_while_the_local_script_prepares_its_data_leaves_no_copy
                             env=_local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_PYTHON=slow_py), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not reading.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
+        _await_file(proc, reading)
         proc.send_signal(signal.SIGTERM)
         lines = []
         for line in proc.stdout:
