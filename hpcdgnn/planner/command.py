@@ -7,8 +7,9 @@ import json
 import math
 import re
 import sys
+from pathlib import Path
 
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.errors import ConfigError, cannot_create
 
 __all__ = ["add_calibrate_arguments", "add_plan_arguments", "check_calibrate_arguments", "label", "nothing_fits",
            "parse_size", "run_calibrate", "run_plan", "size_text"]
@@ -159,8 +160,17 @@ def check_calibrate_arguments(args: argparse.Namespace) -> None:
     """``calibrate``'s options, which every rank reads alike (whether its device is there is each node's own).
 
     Raises:
-        ConfigError: ``calibrate --threads 0: ...``, ``calibrate --widths: ...``.
+        ConfigError: ``calibrate --threads 0: ...``, ``calibrate --widths: ...``, ``calibrate --out PATH: ...``
+            (a directory, or where no file can be made: found before the minutes of measuring, not after).
     """
+    if args.out is not None:
+        out = Path(args.out)
+        if out.is_dir():
+            raise ConfigError(f"calibrate --out {out}: is a directory; give the rates file's path, e.g. "
+                              f"{out / 'rates.json'}")
+        why = cannot_create(out.parent)
+        if why is not None:
+            raise ConfigError(f"calibrate --out {out}: cannot write it there ({why})")
     if args.threads < 1:
         raise ConfigError(f"calibrate --threads {args.threads}: must be >= 1 (one rank's share of the cores)")
     if min(args.widths) < 1:
@@ -192,7 +202,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     agree(comm, gpu_here)
     dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    path = rates_path(args.device, args.dtype) if args.out is None else __import__("pathlib").Path(args.out)
+    path = rates_path(args.device, args.dtype) if args.out is None else Path(args.out)
     rates = load_rates(args.device, args.dtype, path if path.is_file() else None)
     rows = 1 << 14
     for w in args.widths:
@@ -242,7 +252,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         rates.alltoall[str(P)] = [lat, rows_each * (P - 1) * 8 / max(t_big - lat, 1e-9)]
     rates.machine = machine_info(args.device)
     if comm.rank == 0:
-        save_rates(rates, path)
+        try:
+            save_rates(rates, path)
+        except OSError as e:  # a full disk, a quota: one line, not the traceback of an atomic rename
+            raise ConfigError(f"calibrate --out {path}: cannot write it ({e.strerror or e}); nothing was "
+                              "written") from None
         print(f"rates of this {args.device} ({args.dtype}, {args.threads} thread(s), P = {P}) written to {path}")
         for w in args.widths:
             print(f"  width {w:>4}: dense {rates.dense_flops[str(w)] / 1e9:8.2f} GFLOP/s, "

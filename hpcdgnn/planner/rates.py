@@ -128,5 +128,9 @@ def save_rates(rates: MachineRates, path: Path) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     data = asdict(rates)
     data.pop("source")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or a signal: no half-written temporary left beside the file
+        tmp.unlink(missing_ok=True)
+        raise

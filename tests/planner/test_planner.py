@@ -249,14 +249,17 @@ def test_calibrate_under_mpirun_writes_rates_the_plan_reads(launcher, small_data
 
 def test_calibrate_refusals_are_one_line_and_leave_the_user_s_file(tmp_path, capsys):
     """--widths 0 and --threads 0 were torch's tracebacks; another JSON file given as --out lost its keys to the
-    rates merged into it."""
+    rates merged into it; a directory (or a path under a file) as --out was an IsADirectoryError (NotADirectoryError)
+    traceback after the minutes of measuring."""
     from hpcdgnn.__main__ import main
 
     mine = tmp_path / "settings.json"
     mine.write_text('{"my": "settings"}\n')
     for args, says in ((["--widths", "0"], "calibrate --widths: 0 is no width"),
                        (["--threads", "0"], "calibrate --threads 0: must be >= 1"),
-                       (["--out", str(mine)], f"{mine}: not a rates file written by python -m hpcdgnn calibrate")):
+                       (["--out", str(mine)], f"{mine}: not a rates file written by python -m hpcdgnn calibrate"),
+                       (["--out", str(tmp_path)], f"calibrate --out {tmp_path}: is a directory; give the rates file"),
+                       (["--out", str(mine / "r.json")], f"cannot write it there ({mine} is a file, not a directory)")):
         assert main(["calibrate", "--widths", "8", *args]) == 2, args
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err, err
