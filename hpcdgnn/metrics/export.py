@@ -9,7 +9,9 @@ the epoch as the step. Nothing here is imported by a run that does not ask for i
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
 import pickle
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,16 +51,52 @@ def _new_file(path: str | Path, what: str) -> Path:
     return p
 
 
+def _write_new(path: str | Path, what: str, write) -> None:
+    """Write the new file ``path`` by ``write(f)`` (``f`` a binary file) into a hidden temporary beside it, then
+    rename it into place: a full disk, a quota or a stop leaves neither a half-written file nor the temporary.
+
+    Raises:
+        ConfigError: ``path`` exists, or its directory does not (:func:`_new_file`).
+        DataError: the write failed (one line naming ``what`` and ``path``).
+    """
+    out = _new_file(path, what)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        # a file object, not the path: torch.save's own writer turns ENOSPC into an assertion of its zip code
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"{what} {path}: cannot write it ({e.strerror or e}); nothing was written") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _save(blob: dict, path: str | Path) -> None:
+    """``torch.save(blob)`` to the new file ``path`` (:func:`_write_new`)."""
+    import torch
+
+    _write_new(path, "--model-only", lambda f: torch.save(blob, f))
+
+
 def write_csv(records: list[dict], path: str | Path) -> list[str]:
     """One row per epoch record, one column per flattened key (the union over the records, in first-seen order);
     a key an epoch lacks is empty. Returns the columns."""
-    out = _new_file(path, "--csv")
+    _new_file(path, "--csv")
     rows = [flatten(r) for r in records]
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    with open(out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+
+    def write(f) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        writer = csv.DictWriter(text, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+        text.flush()  # a full disk's error here, inside _write_new
+        text.detach()  # the binary file is _write_new's to close
+
+    _write_new(path, "--csv", write)
     return columns
 
 
@@ -161,11 +199,9 @@ def export_model(run, path: str | Path) -> dict:
     sections and ``train.dtype``), ``dataset`` (the sizes the modules are built for), ``model`` and ``task``
     (``state_dict``s); :func:`load_model` builds the modules from it with no dataset, run directory or trainer.
     """
-    import torch
-
-    out = _new_file(path, "--model-only")
+    _new_file(path, "--model-only")
     blob = _model_blob(run)
-    torch.save(blob, out)
+    _save(blob, path)
     return blob
 
 
@@ -196,11 +232,9 @@ def export_pygt(run, path: str | Path) -> dict:
     Raises:
         ConfigError: a model with a layer that no PyG Temporal cell computes the same.
     """
-    import torch
-
-    out = _new_file(path, "--model-only")
+    _new_file(path, "--model-only")
     blob = _pygt_blob(run)
-    torch.save(blob, out)
+    _save(blob, path)
     return blob
 
 
@@ -308,9 +342,7 @@ def run_export(args) -> int:
         n = write_tensorboard(records, args.tensorboard)
         say(f"{args.tensorboard}: {n} scalars over {len(records)} epochs (tensorboard --logdir {args.tensorboard})")
     if args.model_only:
-        import torch
-
-        torch.save(blob, _new_file(args.model_only, "--model-only"))
+        _save(blob, args.model_only)
         # the newest epoch end's when loaded: say which (relative to the run directory where it lies in it)
         source = run.loaded_from.relative_to(run.dir) if run.loaded_from.is_relative_to(run.dir) else run.loaded_from
         if pygt:

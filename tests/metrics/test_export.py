@@ -203,6 +203,42 @@ def test_bad_exports_are_one_line_and_write_nothing(tmp_path, small_dataset, cap
         assert existing.read_text() == "the user's own file\n"
 
 
+def test_an_export_that_meets_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, small_dataset, capsys,
+                                                                         monkeypatch):
+    """A full disk (or quota) part way through writing --model-only or --csv: a traceback (torch.save's zip
+    writer's assertion, or the OSError), exit 1, and the half-written file left at the path. Now one line, exit 2,
+    neither the file nor a temporary left."""
+    import errno
+    import os
+
+    run = _train(tmp_path, small_dataset)
+
+    def full(f) -> None:
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def save(obj, f, *args, **kwargs):
+        if isinstance(f, (str, os.PathLike)):
+            with open(f, "wb") as fh:
+                full(fh)
+        full(f)
+
+    def writerows(self, rows):
+        self.writer.writerow(["partial"])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
+    out = tmp_path / "out"
+    out.mkdir()
+    for opt, name in (("--model-only", "m.pt"), ("--csv", "e.csv")):
+        assert main(["export", str(run), opt, str(out / name)]) == 2, opt
+        err = capsys.readouterr().err
+        assert err == f"hpcdgnn: error: {opt} {out / name}: cannot write it (No space left on device); nothing was " \
+                      "written\n", err
+        assert list(out.iterdir()) == [], opt
+
+
 def test_an_event_file_writer_that_fails_leaves_no_run_directory(tmp_path, small_dataset, monkeypatch):
     """Past the job's checks (a path on a read-only or pseudo file system): the writer's failure is one line and
     a new run leaves neither its directory nor a metrics.jsonl behind."""
