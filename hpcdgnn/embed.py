@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import threading
 import warnings
 from collections.abc import Callable
@@ -203,6 +204,8 @@ class _Writer:
             if self.f is None:
                 import h5py
 
+                # each step's rows and their computed flags, and HDF5's header and metadata
+                self._room(self.num_steps * (z.nbytes + z.shape[0]) + 2**16)
                 self.f = _created(self.tmp, lambda: h5py.File(self.tmp, "w"))
                 self.f.create_dataset("embeddings", (self.num_steps, *z.shape), dtype=z.dtype)
                 self.f.create_dataset("computed", (self.num_steps, z.shape[0]), dtype=bool)
@@ -224,6 +227,7 @@ class _Writer:
             if self.fmt == "memory":
                 self.result = EmbeddingFile(z, steps, computed, json.loads(meta))
                 return
+            self._room(z.nbytes + computed.nbytes + steps.nbytes + len(meta) + 2**12)
             with _created(self.tmp, lambda: open(self.tmp, "wb")) as f:
                 np.savez(f, embeddings=z, computed=computed, steps=steps, meta=np.asarray(meta))
         else:
@@ -231,6 +235,20 @@ class _Writer:
             self.f.attrs["meta"] = meta
             self.f.close()
         _into_place(self.tmp, self.path)
+
+    def _room(self, nbytes: int) -> None:
+        """Refuse a file of about ``nbytes`` larger than its file system's free space, before writing it: HDF5
+        meeting a full disk part way printed a dozen tracebacks and could crash the process at its exit."""
+        from hpcdgnn.data.writer import human_bytes
+
+        try:
+            free = shutil.disk_usage(self.path.parent).free
+        except OSError:  # no figure to go by: the write itself says
+            return
+        if nbytes > free:
+            raise DataError(f"--output {self.path}: the file needs about {human_bytes(nbytes)} and its file system "
+                            f"has {human_bytes(free)} free; nothing was written (free some space or write it "
+                            "elsewhere)")
 
     def discard(self) -> None:
         if self.f is not None:

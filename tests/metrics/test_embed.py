@@ -222,6 +222,21 @@ def test_the_metadata_is_strict_json(tmp_path, fmt):
     assert strict(text)["metrics"] == {"val_loss": None, "test_auc": 0.5}
 
 
+@pytest.mark.parametrize("suffix", ["h5", "npz"])
+def test_an_embedding_file_larger_than_the_free_space_is_refused_before_it_is_written(tmp_path, small_dataset,
+                                                                                      monkeypatch, suffix):
+    """HDF5 meeting a full disk part way through printed a dozen 'Exception ignored' tracebacks and could crash
+    the process at its exit (139): a file larger than the free space is now one line before anything is written."""
+    run = _train(tmp_path, small_dataset, "full")
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1000))
+    proc = _cli(tmp_path, "embed", run, "--output", tmp_path / f"z.{suffix}")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"z.{suffix}: the file needs about" in lines[0] and "has 1000 B free; nothing was written" in lines[0]
+    assert not list(tmp_path.glob("z.*"))
+
+
 def test_the_predict_command_keeps_the_scores_on_rank_0(tmp_path, small_dataset, monkeypatch):
     """The command broadcast the pairs' scores to every rank once rank 0 had written them, though only the Python
     API hands them out: the command sends them nowhere now, the API on every rank still returns them."""
