@@ -36,7 +36,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
+from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
 from hpcdgnn.indices import index_dtype as index_dtype_for
@@ -154,6 +154,20 @@ def _force_refusal(root: Path) -> str | None:
     return None
 
 
+def _is_dataset(path: Path) -> bool:
+    """Whether ``path`` holds a dataset written here (its manifest's ``format``): another tool's folder may hold a
+    ``manifest.json`` and ``shards/`` of its own."""
+    import json
+
+    if not (path / "shards").is_dir():
+        return False
+    try:
+        raw = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and raw.get("format") in (FORMAT_NAME, EVENTS_FORMAT_NAME)
+
+
 def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] = ()) -> None:
     """Refuse (:class:`DataError`) a non-empty ``root`` unless ``force``, and even then anything but an
     earlier dataset or what holds one of ``inputs``; never a link, a mount point or the working directory (or
@@ -170,7 +184,7 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
     for parent in where.parents:
         # a dataset holds only its own files: one nested in it would make a later --force on it refuse, and be
         # removed with it
-        if (parent / "manifest.json").is_file() and (parent / "shards").is_dir():
+        if _is_dataset(parent):
             raise DataError(f"{root}: output is inside the dataset {parent}; choose a directory outside it")
     for path in inputs:
         src = Path(path).resolve()

@@ -277,6 +277,26 @@ def test_a_tar_archive_is_named_not_read_as_its_member(tmp_path, capsys, fmt, mo
     assert not (tmp_path / "o").exists()
 
 
+def test_text_with_ustar_where_a_tar_header_has_it_is_read(tmp_path, capsys):
+    """'ustar' at byte 257 alone (an id 'mustard') is no tar archive: its header's checksum must agree too."""
+    rows = "".join(f"a{i} b{i} {i}\n" for i in range(40))
+    at = 257 - 2  # 'mustard' puts 'ustar' at byte 257
+    text = rows[:at] + "\nmustard m " + "1" * 3 + "\n" + rows[at:]
+    raw = tmp_path / "edges.txt"
+    raw.write_text(text.replace("\n\n", "\n"))
+    assert raw.read_bytes()[257:262] == b"ustar"
+    _prepared([str(raw), "--format", "snap", "--snapshots", "2", "--output", str(tmp_path / "ds")], capsys)
+
+
+@pytest.mark.parametrize("first", ["{x} 1 10", "[a] 1 10", "[1] 2 10"])
+def test_an_id_that_starts_like_json_is_read(tmp_path, capsys, first):
+    """Only a JSON object's first key (or an array of containers or strings) is JSON: ids like '{x}' or '[1]'
+    were refused as 'a JSON document'."""
+    raw = tmp_path / "edges.txt"
+    raw.write_text(first + "\n2 3 20\n3 1 30\n")
+    _prepared([str(raw), "--format", "snap", "--snapshots", "2", "--output", str(tmp_path / "ds")], capsys)
+
+
 @pytest.mark.parametrize("fmt, text, columns", [
     ("jodie", "user_id\titem_id\ttimestamp\tstate_label\n0\t0\t1.0\t0\n1\t1\t2.0\t0\n", None),
     ("jodie", "user_id\titem_id\ttimestamp\tstate_label\n0\t0\t1.0\t0\n1\t1\t2.0\t0\n",

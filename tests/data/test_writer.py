@@ -289,6 +289,9 @@ def test_no_output_inside_a_dataset(tmp_path):
                 write_dataset(tmp_path / out, _raw(), num_vertices=N, force=force)
     assert _tree(tmp_path) == before
     write_dataset(tmp_path / "ds2", _raw(), num_vertices=N)  # beside it: fine
+    (tmp_path / "proj" / "shards").mkdir(parents=True)  # another tool's folder of that shape: fine
+    (tmp_path / "proj" / "manifest.json").write_text('{"format": "webdataset"}')
+    write_dataset(tmp_path / "proj" / "graphs" / "ds", _raw(), num_vertices=N)
 
 
 def test_prepare_never_replaces_its_input(tmp_path):

@@ -248,7 +248,15 @@ def _check_tar(path: Path, data: bytes) -> None:
     Raises:
         DataError: naming ``path``, the archive's first member and the command that extracts it.
     """
-    if data[_TAR_MAGIC_AT : _TAR_MAGIC_AT + 5] != b"ustar":
+    if len(data) < TAR_HEADER or data[_TAR_MAGIC_AT : _TAR_MAGIC_AT + 5] != b"ustar":
+        return
+    # the header's checksum (octal at bytes 148-155: the sum of its bytes, that field counted as spaces) too: text
+    # may hold 'ustar' at byte 257 (an id 'mustard')
+    try:
+        stored = int(data[148:156].split(b"\0", 1)[0].strip() or b"-", 8)
+    except ValueError:
+        return
+    if stored != sum(data[:148]) + 8 * 32 + sum(data[156:TAR_HEADER]):
         return
     member = data[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
     raise DataError(f"{path}: a tar archive (first member {shorten(member)!r}), which prepare does not read: extract "
@@ -258,13 +266,13 @@ def _check_tar(path: Path, data: bytes) -> None:
 def check_not_json(path: Path, head: bytes, fmt: str) -> None:
     """Refuse a JSON document (``head``: the input's first bytes, decompressed) given to a text edge-list reader:
     read as rows, its first line was "text after the closing quote of a quoted field". No edge list, header or
-    comment starts with ``{`` or ``[``.
+    comment starts with ``{"`` or ``[{``.
 
     Raises:
         DataError: naming ``path`` and the format that reads PyG Temporal's json files.
     """
-    start = head.removeprefix(BOM).lstrip()[:1]
-    if start in (b"{", b"["):
+    # an object's first key, or an array's first value that is a container or a string: an id may start with { or [
+    if re.match(rb'\s*(\{\s*["}]|\[\s*[\[{"\]])', head.removeprefix(BOM)):
         raise DataError(f"{path}: a JSON document, not a --format {fmt} edge list: PyG Temporal's json files are "
                         "--format pygt-json (a dataset's manifest.json is no input: give its directory as data.path)")
 
