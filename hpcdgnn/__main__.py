@@ -39,11 +39,13 @@ def _install_abort_hook(comm) -> None:
     Not one that C code reports and goes on from (``PyErr_Print`` while Python code still runs: Cython's
     ``__dealloc__`` errors, such as h5py's failed flush of a file being dropped after a full disk): that is
     printed as Python prints an ignored exception, and the rank goes on as it would alone. An uncaught exception
-    reaches the hook once no Python frame is left."""
+    reaches the hook once no Python frame is left, or from a runner's ``except`` block that handles it."""
 
     def hook(exc_type, exc, tb):
         text = "".join(traceback.format_exception(exc_type, exc, tb))
-        if sys._getframe().f_back is not None:  # called from inside running code: the exception was ignored
+        # called from inside running code, which is not handling this exception itself (coverage's runner and
+        # other wrappers report an uncaught one from their except block, then exit): C code ignored it
+        if sys._getframe().f_back is not None and sys.exc_info()[1] is not exc:
             sys.stderr.write(f"rank {comm.rank}/{comm.size}: exception ignored: {text}")
             sys.stderr.flush()
             return
@@ -367,12 +369,12 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         from hpcdgnn.comm.world import check_same_command
         from hpcdgnn.train.collective import agree_start, collective_error
 
-        agree_start(comm)
-        if comm.size > 1:
-            differ = check_same_command(comm, _env_switches() + command)
-            if differ:
-                raise collective_error(ConfigError(differ))
         try:
+            agree_start(comm)
+            if comm.size > 1:
+                differ = check_same_command(comm, _env_switches() + command)
+                if differ:
+                    raise collective_error(ConfigError(differ))
             code = body(comm)
         except BaseException:
             if watch is not None and watch.stopping:  # the stop's thread ends the process, with its one line

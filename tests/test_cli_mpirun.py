@@ -275,6 +275,59 @@ def test_a_bad_option_on_another_program_s_ranks_is_named_by_its_first_rank(laun
                      "the options)"], proc.stderr
 
 
+#: ``python -m hpcdgnn`` that prints the threads left once main returned
+_THREADS_LEFT = """
+import sys, threading
+from hpcdgnn.__main__ import main
+code = main()
+print("threads left", sorted(t.name for t in threading.enumerate()), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_an_embed_refused_before_its_pass_leaves_no_stop_watch_running(launcher, trained, tmp_path):
+    """An embed on two ranks whose command lines differ (an MPMD launch) is refused before its pass: the stop's
+    watch thread (started with the communicator) was left running, probing MPI while mpi4py finalised it."""
+    run = [sys.executable, "-c", _THREADS_LEFT, "embed", str(trained), "--output"]
+    cmd = [launcher.mpirun, *launcher.flags, "-np", "1", *run, str(tmp_path / "a.h5"), ":", "-np", "1", *run,
+           str(tmp_path / "b.h5")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=mpi_env(), cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("threads left ['MainThread']") == 2, proc.stderr
+
+
+#: ``python -m hpcdgnn`` under a runner that reports an uncaught exception from its ``except`` block, then exits
+#: (coverage's ``coverage run`` does): rank 1's pass fails with an error of no kind the command handles
+_RUNNER = """
+import os, sys
+import hpcdgnn.train.inference as inference
+if next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ) == "1":
+    def broken(recorder, comm, t):
+        raise RuntimeError("rank 1 broke")
+    inference.gather_step = broken
+from hpcdgnn.__main__ import main
+try:
+    code = main()
+except SystemExit:
+    raise
+except BaseException:
+    sys.excepthook(*sys.exc_info())
+    sys.exit(1)
+sys.exit(code)
+"""
+
+
+def test_a_crash_a_runner_reports_from_its_except_block_ends_the_job(launcher, trained, tmp_path):
+    """A rank's crash that a runner (coverage's) hands to sys.excepthook from its except block was taken for an
+    exception C code reports and ignores: printed as 'exception ignored', the rank left through MPI_Finalize and the
+    others waited in the pass's collective for ever. It ends the job, as an uncaught exception does."""
+    cmd = launcher.command(2, ["-c", _RUNNER, "embed", str(trained), "--output", str(tmp_path / "z.h5")])
+    proc = run_launched(cmd, timeout=60, env=mpi_env(), cwd=REPO)
+    assert proc.returncode != 0 and "RuntimeError: rank 1 broke" in proc.stderr, proc.stdout + proc.stderr
+    assert "exception ignored" not in proc.stderr and "rank 1/2: Traceback" in proc.stderr, proc.stderr
+    assert not list(tmp_path.glob("z.h5*"))
+
+
 #: ``python -m hpcdgnn`` whose rank 0 finds its disk full: creating the output's temporary file fails with ENOSPC
 _DISK_FULL = """
 import errno, os, sys
