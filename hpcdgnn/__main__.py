@@ -296,9 +296,12 @@ class _JobStop:
                 self.world.Abort(EXIT_PASS_STOPPED)
 
     def _say(self, signum: int) -> None:
+        from hpcdgnn.preemption import describe_signal
+
+        # a relay's SIGUSR1 (hpcdgnn-mpirun's, a job script's) named as what was sent, as run's lines name it
+        name = describe_signal(signal.Signals(signum).name)
         with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
-            os.write(2, f"hpcdgnn: {self.command}: stopped by {signal.Signals(signum).name}; nothing it was "
-                     "writing is left\n".encode())
+            os.write(2, f"hpcdgnn: {self.command}: stopped by {name}; nothing it was writing is left\n".encode())
 
 
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:

@@ -16,8 +16,8 @@ import stat
 from collections.abc import Iterator
 
 __all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_NAME_VAR", "RELAYED_VAR", "RELAYS", "PreemptionFlag", "Stopped",
-           "check_stop", "forget_stop", "hold", "install", "relayed", "requested", "requested_while_waiting", "reset",
-           "signal_name", "stop", "waiting"]
+           "check_stop", "describe_signal", "forget_stop", "hold", "install", "relayed", "requested",
+           "requested_while_waiting", "reset", "signal_name", "stop", "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -127,8 +127,14 @@ class PreemptionFlag:
     def describe(self) -> str:
         """The signal as a run's lines name it: ``SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1`` (or ``by the
         job script``) where one relayed it (:func:`relayed`), else its name (``""`` before any)."""
-        sent = relayed() if self.name == "SIGUSR1" else None
-        return f"{sent[0]}, passed on by {RELAYS[sent[1]]} as SIGUSR1" if sent else self.name
+        return describe_signal(self.name)
+
+
+def describe_signal(name: str) -> str:
+    """Signal ``name`` (``SIGTERM``) as the lines name it: a SIGUSR1 that a relay passed on is named as what was sent
+    (``SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1``; :func:`relayed`)."""
+    sent = relayed() if name == "SIGUSR1" else None
+    return f"{sent[0]}, passed on by {RELAYS[sent[1]]} as SIGUSR1" if sent else name
 
 
 #: who passed a SIGTERM/SIGINT on as SIGUSR1, by the word after the signal's name in the file :data:`RELAYED_VAR`

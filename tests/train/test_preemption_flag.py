@@ -33,10 +33,11 @@ def test_a_library_callers_second_interrupt_raises_keyboard_interrupt():
     assert flag.name == "SIGTERM"
 
 
-def test_a_run_names_what_hpcdgnn_mpirun_passed_on_as_sigusr1(tmp_path, monkeypatch):
+def test_a_run_names_what_hpcdgnn_mpirun_passed_on_as_sigusr1(tmp_path, monkeypatch, capfd):
     """The launcher writes the SIGTERM/SIGINT it turns into SIGUSR1 into the file its job's environment names; a
     SIGUSR1 it did not make (a scheduler's warning: the file empty), a signal the rank got itself, and a rank
-    without the file (another node, another launcher) keep the signal's own name."""
+    without the file (another node, another launcher) keep the signal's own name. A stopped embed's line on several
+    ranks names it so too."""
     from hpcdgnn.preemption import RELAYED_VAR
 
     note = tmp_path / "note"
@@ -52,6 +53,13 @@ def test_a_run_names_what_hpcdgnn_mpirun_passed_on_as_sigusr1(tmp_path, monkeypa
     assert flag.describe() == "SIGINT, passed on by hpcdgnn-mpirun as SIGUSR1"
     note.write_text("SIGTERM job-script")  # a job script's (jobs/lib.sh), as hpcdgnn-mpirun copies it too
     assert flag.describe() == "SIGTERM, passed on by the job script as SIGUSR1"
+    from hpcdgnn.__main__ import _JobStop
+
+    stop = object.__new__(_JobStop)  # its line alone (the watch itself runs under mpirun: tests/test_cli_mpirun.py)
+    stop.command = "embed"
+    stop._say(signal.SIGUSR1)
+    assert capfd.readouterr().err == ("hpcdgnn: embed: stopped by SIGTERM, passed on by the job script as SIGUSR1; "
+                                      "nothing it was writing is left\n")
     note.write_text("SIGTERM someone")  # nobody this knows
     assert flag.describe() == "SIGUSR1"
     direct = PreemptionFlag(at_once=True)
