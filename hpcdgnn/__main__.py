@@ -567,7 +567,7 @@ class _Parser(argparse.ArgumentParser):
     own too, with its rank (:func:`_first_of_another_program`): its command line is not rank 0's, whose parse may
     have passed, and no other rank knows what it was given. Its subcommands' parsers are of this class too
     (argparse makes them as the parent's). An error is one line, pointing at ``--help``: argparse's usage block
-    before it (16 lines for ``prepare``) buried the line that says what was wrong in a job's log."""
+    before it (as long as the command's options) would bury the line that says what was wrong in a job's log."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")

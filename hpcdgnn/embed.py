@@ -238,7 +238,7 @@ class _Writer:
 
     def _room(self, nbytes: int) -> None:
         """Refuse a file of about ``nbytes`` larger than its file system's free space, before writing it: HDF5
-        meeting a full disk part way printed a dozen tracebacks and could crash the process at its exit."""
+        meeting a full disk part way reports it as ignored exceptions, not one error, and can crash at its exit."""
         from hpcdgnn.data.writer import human_bytes
 
         try:

@@ -37,7 +37,7 @@ if [ -z "${NODES:-}" ]; then
     exit 2
   fi
   # hpcdgnn_capture, not $(...) (jobs/lib.sh, "Command substitution") nor bare backquotes ("One Ctrl-C")
-  hpcdgnn_capture NODES compute_nodes "$LSB_DJOB_HOSTFILE"
+  hpcdgnn_capture NODES compute_nodes "$LSB_DJOB_HOSTFILE" || hpcdgnn_setup_failed
   if [ "$NODES" = 0 ]; then
     _hpcdgnn_log "$LSB_DJOB_HOSTFILE lists no compute node (only batch/login hosts): set NODES"
     exit 2

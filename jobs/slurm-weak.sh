@@ -50,8 +50,8 @@ if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM
 
 base='' name='' parent=''  # set by hpcdgnn_capture
 hpcdgnn_capture base hpcdgnn_data_path "$JOB" || hpcdgnn_setup_failed  # a signal that ended it: the stop's 75
-hpcdgnn_capture name basename "$base"
-hpcdgnn_capture parent dirname "$base"
+hpcdgnn_capture name basename "$base" || hpcdgnn_setup_failed
+hpcdgnn_capture parent dirname "$base" || hpcdgnn_setup_failed
 if ! [[ $name =~ ^n([0-9]+)-(t[0-9]+-f[0-9.]+(-s[0-9]+)?)$ ]]; then
   echo "hpcdgnn-job: $JOB: data.path '$base' must be named n<N>-t<T>-f<density>[-s<seed>] for the weak sweep" >&2
   exit 2
