@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import threading
 import warnings
 from collections.abc import Callable
@@ -237,18 +236,11 @@ class _Writer:
         _into_place(self.tmp, self.path)
 
     def _room(self, nbytes: int) -> None:
-        """Refuse a file of about ``nbytes`` larger than its file system's free space, before writing it: HDF5
-        meeting a full disk part way reports it as ignored exceptions, not one error, and can crash at its exit."""
-        from hpcdgnn.data.writer import human_bytes
+        """Refuse a file of about ``nbytes`` larger than its file system's free space, before writing it."""
+        from hpcdgnn.data.writer import check_room
 
-        try:
-            free = shutil.disk_usage(self.path.parent).free
-        except OSError:  # no figure to go by: the write itself says
-            return
-        if nbytes > free:
-            raise DataError(f"--output {self.path}: the file needs about {human_bytes(nbytes)} and its file system "
-                            f"has {human_bytes(free)} free; nothing was written (free some space or write it "
-                            "elsewhere)")
+        check_room(self.path, nbytes, f"--output {self.path}", "the file",
+                   "nothing was written (free some space or write it elsewhere)")
 
     def discard(self) -> None:
         if self.f is not None:

@@ -261,15 +261,25 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
     return tmp
 
 
-def check_room(output: str | Path, nbytes: int) -> None:
-    """Refuse an output larger than its file system's free space, before h5py meets a full disk."""
+def check_room(output: str | Path, nbytes: int, name: str | None = None, what: str = "the dataset",
+               then: str = "free some space or write it elsewhere (--output)") -> None:
+    """Refuse an output larger than its file system's free space, before h5py meets a full disk (HDF5 reports a
+    write that fails part way as ignored exceptions, not one error, and can crash at the process's exit).
+
+    Args:
+        output: the file or directory to be written (its nearest existing ancestor's file system counts).
+        nbytes: about how many bytes it will take.
+        name: what the line names first (default ``output``): ``{name}: {what} needs about ... free; {then}``.
+        what: what needs the room (``the dataset``, ``the file``).
+        then: what the line says to do, after the figures.
+    """
     try:
         free = shutil.disk_usage(nearest_existing(output)).free
-    except OSError:
+    except OSError:  # no figure to go by: the write itself says
         return
     if nbytes > free:
-        raise DataError(f"{output}: the dataset needs about {human_bytes(nbytes)} and its file system has "
-                        f"{human_bytes(free)} free; free some space or write it elsewhere (--output)")
+        raise DataError(f"{name or output}: {what} needs about {human_bytes(nbytes)} and its file system has "
+                        f"{human_bytes(free)} free; {then}")
 
 
 def disk_full(root: str | Path, e: BaseException) -> DataError | None:
