@@ -262,7 +262,9 @@ def test_a_bad_option_on_another_program_s_ranks_is_named_by_its_first_rank(laun
     """An MPMD launch (``mpirun -np 1 inspect DIR : -np 2 inspect --bad DIR``): the parse failed on ranks 1 and 2
     alone, which print nothing but rank 0, so no hpcdgnn line said why the job ended (the launcher named rank 1,
     exit 2). Now the first rank of that program prints the parser's lines with its rank; rank 2, whose command
-    line is rank 1's, stays silent; an SPMD launch still prints them once (test above)."""
+    line is rank 1's, stays silent; an SPMD launch still prints them once (test above). Rank 0 waits for them in
+    MPI's start-up until the launcher ends it with SIGTERM: whether it prints its own stop line depends on how far it
+    had got (under load it had set its handlers; CI saw that line), so that line, and only it, may follow."""
     if not launcher.open_mpi:
         pytest.skip("Open MPI tells each rank its program's place in an MPMD launch; other launchers do not")
     inspect = [sys.executable, "-m", "hpcdgnn", "inspect"]
@@ -271,8 +273,11 @@ def test_a_bad_option_on_another_program_s_ranks_is_named_by_its_first_rank(laun
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=mpi_env(), cwd=REPO)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn" in ln and "prterun" not in ln]
-    assert lines == ["[rank 1] python -m hpcdgnn: error: unrecognized arguments: --bad (python -m hpcdgnn --help lists "
-                     "the options)"], proc.stderr
+    stopped = "hpcdgnn: inspect: stopped by SIGTERM while starting; nothing was written"
+    assert [ln for ln in lines if ln != stopped] == [
+        "[rank 1] python -m hpcdgnn: error: unrecognized arguments: --bad (python -m hpcdgnn --help lists the "
+        "options)"], proc.stderr
+    assert lines.count(stopped) <= 1, proc.stderr
 
 
 #: ``python -m hpcdgnn`` that prints the threads left once main returned
