@@ -11,12 +11,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import pickle
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from hpcdgnn.atomic import atomic_write
 from hpcdgnn.errors import ConfigError, DataError
 
 __all__ = ["flatten", "write_csv", "write_tensorboard", "TensorBoardLog", "export_model", "export_pygt", "load_model",
@@ -45,33 +45,34 @@ def _new_file(path: str | Path, what: str) -> Path:
     """``path``, refused when something is there already (an export never overwrites)."""
     p = Path(path)
     if p.exists():
-        raise ConfigError(f"{what} {path}: exists; an export never overwrites a file (give a new path)")
+        raise _exists(path, what)
     if not p.parent.is_dir():
         raise ConfigError(f"{what} {path}: no directory {p.parent}")
     return p
 
 
+def _exists(path: str | Path, what: str) -> ConfigError:
+    return ConfigError(f"{what} {path}: exists; an export never overwrites a file (give a new path)")
+
+
 def _write_new(path: str | Path, what: str, write) -> None:
-    """Write the new file ``path`` by ``write(f)`` (``f`` a binary file) into a hidden temporary beside it, then
-    rename it into place: a full disk, a quota or a stop leaves neither a half-written file nor the temporary.
+    """Write the new file ``path`` by ``write(f)`` (``f`` a binary file) through :func:`atomic_write`: a full disk,
+    a quota or a stop leaves neither a half-written file nor the temporary, and a file that appeared at ``path``
+    meanwhile (another export, the user's) is kept, not replaced.
 
     Raises:
         ConfigError: ``path`` exists, or its directory does not (:func:`_new_file`).
         DataError: the write failed (one line naming ``what`` and ``path``).
     """
     out = _new_file(path, what)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         # a file object, not the path: torch.save's own writer turns ENOSPC into an assertion of its zip code
-        with open(tmp, "wb") as f:
+        with atomic_write(out, "wb", replace=False) as f:
             write(f)
-        os.replace(tmp, out)
+    except FileExistsError:
+        raise _exists(path, what) from None
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise DataError(f"{what} {path}: cannot write it ({e.strerror or e}); nothing was written") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _save(blob: dict, path: str | Path) -> None:

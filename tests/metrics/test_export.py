@@ -403,3 +403,32 @@ def test_export_and_report_under_mpirun_write_once(tmp_path, small_dataset, laun
     proc = launcher.run(2, ["-m", "hpcdgnn", "report", str(run), "--out", str(tmp_path / "rep")], timeout=120,
                         cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.count("curves.png") == 1, proc.stdout + proc.stderr[-2000:]
+
+
+def test_an_export_never_replaces_a_file_that_appeared_while_it_wrote(tmp_path):
+    """The export checked that its path was free, wrote a temporary, then renamed it over the path: a file made
+    there in between (another export to the same name, the user's own) was replaced. Now the rename refuses it:
+    the same one line as a file there before, exit 2, the file kept, no temporary left."""
+    from hpcdgnn.errors import ConfigError
+    from hpcdgnn.metrics.export import _write_new
+
+    out = tmp_path / "model.pt"
+
+    def write(f) -> None:
+        f.write(b"the export")
+        out.write_text("the user's own file\n")  # made between the check and the rename
+
+    with pytest.raises(ConfigError) as e:
+        _write_new(out, "--model-only", write)
+    assert str(e.value) == f"--model-only {out}: exists; an export never overwrites a file (give a new path)"
+    assert out.read_text() == "the user's own file\n" and list(tmp_path.iterdir()) == [out]
+
+
+def test_an_export_reaches_the_disk_before_its_name(tmp_path, monkeypatch):
+    """A file renamed into place before its data reached the disk can be empty after a crash: synced first."""
+    from hpcdgnn.metrics.export import write_csv
+    from tests.synced import SyncLog
+
+    log = SyncLog(monkeypatch)
+    write_csv([{"epoch": 1, "loss": 0.5}], tmp_path / "m.csv")
+    assert log.durable(tmp_path / "m.csv") == ""

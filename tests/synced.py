@@ -1,0 +1,59 @@
+"""Whether a file was written durably: its data synced before it got its name, its directory synced after.
+
+A file renamed into place before its data reached the disk can be empty after a node crash (a checkpoint, a run's
+``config.resolved.yaml``, which a resume then cannot read); what the tests of each writer check with
+:class:`SyncLog`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class SyncLog:
+    """Record, by inode, the ``os.fsync``, ``os.replace`` and ``os.link`` calls made while it is installed.
+
+    Args:
+        monkeypatch: pytest's fixture; the ``os`` functions are wrapped until the test ends.
+    """
+
+    def __init__(self, monkeypatch) -> None:
+        self.events: list[tuple[str, tuple[int, int], Path | None]] = []
+        fsync, replace, link = os.fsync, os.replace, os.link
+
+        def synced(fd: int) -> None:
+            st = os.fstat(fd)
+            fsync(fd)
+            self.events.append(("dir-sync" if stat.S_ISDIR(st.st_mode) else "sync", (st.st_dev, st.st_ino), None))
+
+        def renamed(src, dst, *args, **kwargs) -> None:
+            st = os.stat(src)
+            replace(src, dst, *args, **kwargs)
+            self.events.append(("name", (st.st_dev, st.st_ino), Path(dst)))
+
+        def linked(src, dst, *args, **kwargs) -> None:
+            st = os.stat(src)
+            link(src, dst, *args, **kwargs)
+            self.events.append(("name", (st.st_dev, st.st_ino), Path(dst)))
+
+        monkeypatch.setattr(os, "fsync", synced)
+        monkeypatch.setattr(os, "replace", renamed)
+        monkeypatch.setattr(os, "link", linked)
+
+    def durable(self, path: str | Path) -> str:
+        """What was missing in the last write of ``path`` ("" when nothing was): its file's sync before the
+        rename that gave ``path`` its name, its directory's sync after it."""
+        path = Path(path)
+        named = [i for i, (what, _, dst) in enumerate(self.events) if what == "name" and dst == path]
+        if not named:
+            return f"{path} was never renamed into place"
+        i = named[-1]
+        inode = self.events[i][1]
+        if not any(what == "sync" and ino == inode for what, ino, _ in self.events[:i]):
+            return f"{path}'s data was not synced before its rename"
+        st = os.stat(path.parent)
+        if not any(what == "dir-sync" and ino == (st.st_dev, st.st_ino) for what, ino, _ in self.events[i + 1:]):
+            return f"{path.parent} was not synced after the rename of {path.name}"
+        return ""

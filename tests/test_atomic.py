@@ -1,0 +1,88 @@
+"""atomic_write: the file whole or as it was, no temporary left, synced, and (``replace=False``) never replacing."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from hpcdgnn.atomic import atomic_write
+from tests.synced import SyncLog
+
+
+def test_the_file_is_written_synced_and_given_the_mode_open_would(tmp_path, monkeypatch):
+    log = SyncLog(monkeypatch)
+    path = tmp_path / "a.json"
+    path.write_text("old\n")
+    with atomic_write(path) as f:
+        f.write("new\n")
+        assert path.read_text() == "old\n"  # a reader sees the old file until the block ends
+    assert path.read_text() == "new\n" and sorted(tmp_path.iterdir()) == [path]
+    assert log.durable(path) == ""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+
+
+@pytest.mark.parametrize("stop", [RuntimeError("a bug"), KeyboardInterrupt(),
+                                  OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))])
+def test_a_failure_in_the_block_leaves_the_file_as_it_was_and_no_temporary(tmp_path, stop):
+    path = tmp_path / "a.pt"
+    path.write_bytes(b"old")
+    with pytest.raises(type(stop)), atomic_write(path, "wb") as f:
+        f.write(b"half")
+        raise stop
+    assert path.read_bytes() == b"old" and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_a_full_disk_that_only_fsync_reports_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """NFS reports a write the server refused (a quota) at fsync or close, not at write."""
+    path = tmp_path / "a.json"
+
+    def refused(fd):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(OSError, match="quota"), atomic_write(path) as f:
+        f.write("new\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_writers_with_the_same_pid_never_share_a_temporary(tmp_path):
+    """Two ranks on two nodes sharing a file system may have the same pid: the temporary's name is mkstemp's."""
+    path = tmp_path / "rates.json"
+    with atomic_write(path) as a, atomic_write(path) as b:
+        assert a.name != b.name and os.path.dirname(a.name) == str(tmp_path)
+        a.write("a\n")
+        b.write("b\n")
+    assert path.read_text() == "a\n" and sorted(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard-links", "no-hard-links"])
+def test_replace_false_never_replaces_a_file_even_one_made_during_the_write(tmp_path, monkeypatch, links):
+    """A check before the write cannot see a file made while it runs: the link into place refuses it; a file
+    system without hard links (vfat, some FUSE mounts) claims the name by an exclusive create instead."""
+    if not links:
+        def no_links(src, dst, *args, **kwargs):
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+        monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "model.pt"
+    with atomic_write(path, "wb", replace=False) as f:
+        f.write(b"mine")
+    assert path.read_bytes() == b"mine" and sorted(tmp_path.iterdir()) == [path]
+    other = tmp_path / "theirs.pt"
+    with pytest.raises(FileExistsError) as e, atomic_write(other, "wb", replace=False) as f:
+        f.write(b"export")
+        other.write_text("the user's own file\n")
+    assert str(other) in str(e.value)
+    assert other.read_text() == "the user's own file\n" and sorted(tmp_path.iterdir()) == [path, other]
+
+
+def test_replace_false_writes_durably(tmp_path, monkeypatch):
+    log = SyncLog(monkeypatch)
+    with atomic_write(tmp_path / "m.csv", "wb", replace=False) as f:
+        f.write(b"epoch\n1\n")
+    assert log.durable(tmp_path / "m.csv") == ""
