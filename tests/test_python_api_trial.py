@@ -285,7 +285,7 @@ def test_ctrl_c_twice_while_a_checkpoint_is_written_is_a_keyboard_interrupt(tmp_
     quota?)``, on a disk that was not full. The interrupt is raised as one, and the process trains again."""
     import signal
 
-    from hpcdgnn.train import checkpoint
+    from hpcdgnn import atomic
 
     monkeypatch.chdir(tmp_path)
     real_open = open
@@ -314,13 +314,13 @@ def test_ctrl_c_twice_while_a_checkpoint_is_written_is_a_keyboard_interrupt(tmp_
         def __getattr__(self, name):
             return getattr(self.f, name)
 
-    monkeypatch.setattr(checkpoint, "open", lambda path, mode="r", *a, **k: Interrupted(path, mode) if
-                        str(path).endswith(".part") else real_open(path, mode, *a, **k), raising=False)
+    monkeypatch.setattr(atomic, "open", lambda path, mode="r", *a, **k: Interrupted(path, mode) if
+                        ".pt.tmp-" in str(path) else real_open(path, mode, *a, **k), raising=False)
     job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
     with pytest.raises(KeyboardInterrupt):
         hpcdgnn.train(job, output="stopped")
     assert writes[0] == 2
-    assert not list((tmp_path / "stopped").rglob("*.part"))
+    assert not list((tmp_path / "stopped").rglob(".*.tmp-*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)

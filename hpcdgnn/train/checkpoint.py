@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from hpcdgnn import preemption
+from hpcdgnn.atomic import atomic_write
 from hpcdgnn.errors import ConfigError, DataError, StoppedError
 from hpcdgnn.metrics.results import writing
 from hpcdgnn.run_lock import _HELD, _NO_LOCKS, LOCK_FILE, _lock, release_runs, run_lock_wait
@@ -215,36 +216,36 @@ def _writing_checkpoint(path: Path) -> Iterator[None]:
 
 
 def _atomic_save(obj: Any, path: Path) -> list[int]:
-    """Write ``obj`` (or the buffer :func:`_serialised` made of one) to ``path`` through a ``.part`` file; a failed
-    write (a full disk, a quota) is one line. Returns the file's [bytes, CRC-32] (:func:`_digest`).
+    """Write ``obj`` (or the buffer :func:`_serialised` made of one) to ``path`` through :func:`atomic_write`
+    (synced before its rename: a node's crash leaves no empty file that ``COMPLETE`` vouches for); a failed write
+    (a full disk, a quota) is one line. Returns the file's [bytes, CRC-32] (:func:`_digest`).
 
     Raises:
         DataError: names the file and the system's reason.
         KeyboardInterrupt: an interrupt during the write, as itself (torch's writer reports it as a failed write).
     """
-    tmp = path.with_name(path.name + ".part")
+    reached = -1  # bytes on disk where a write failed
     try:
-        with open(tmp, "wb") as f:
-            if isinstance(obj, io.BytesIO):
-                view = obj.getbuffer()
-                f.write(view)
-                digest = [view.nbytes, zlib.crc32(view)]
-                view.release()
-            else:
-                _save(obj, f)
-                digest = None
-            f.flush()
-            os.fsync(f.fileno())
+        with atomic_write(path, "wb") as f:
+            try:
+                if isinstance(obj, io.BytesIO):
+                    view = obj.getbuffer()
+                    f.write(view)
+                    digest = [view.nbytes, zlib.crc32(view)]
+                    view.release()
+                else:
+                    _save(obj, f)
+                    digest = None
+            except BaseException:
+                with contextlib.suppress(OSError, ValueError):
+                    f.flush()  # what the close would write before the temporary goes
+                with contextlib.suppress(OSError, ValueError):
+                    reached = os.fstat(f.fileno()).st_size
+                raise
         if digest is None:  # of the bytes on disk, read back (torch.save wrote them in pieces)
-            digest = _digest(tmp)
-        os.replace(tmp, path)
+            digest = _digest(path)
         return digest
     except (OSError, RuntimeError) as e:
-        try:
-            reached = tmp.stat().st_size
-        except OSError:
-            reached = -1
-        tmp.unlink(missing_ok=True)
         stop = _interrupt_behind(e)
         if stop is not None:
             raise stop from None

@@ -14,9 +14,9 @@ from hpcdgnn.errors import DataError
 from hpcdgnn.train import checkpoint
 
 
-def test_a_short_write_is_one_line_naming_the_file_and_leaves_no_part_file(tmp_path, monkeypatch):
+def test_a_short_write_is_one_line_naming_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
     """torch reports a full disk as its own internals ("unexpected pos 19328 vs 19280"); we say the file and
-    how much room is left, and clean the ``.part`` file up."""
+    how much room is left, and clean the temporary file up."""
     def short_write(obj, f, **kwargs):
         f.write(b"x" * 10)
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 19328 vs 19280")
@@ -26,6 +26,17 @@ def test_a_short_write_is_one_line_naming_the_file_and_leaves_no_part_file(tmp_p
                                         r"[\d.]+ MiB free there \(a full disk or quota\?\)"):
         checkpoint._atomic_save({"a": 1}, tmp_path / "state.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_file_reaches_the_disk_before_its_name_and_its_name_before_the_next_step(tmp_path, monkeypatch):
+    """The file was synced before its rename, its directory never: after a node's crash the rename could be lost
+    while ``COMPLETE`` (written next) vouched for the file. Now the directory is synced after the rename."""
+    from tests.synced import SyncLog
+
+    log = SyncLog(monkeypatch)
+    digest = checkpoint._atomic_save({"a": torch.ones(3)}, tmp_path / "state.pt")
+    assert log.durable(tmp_path / "state.pt") == ""
+    assert digest == checkpoint._digest(tmp_path / "state.pt") and list(tmp_path.iterdir()) == [tmp_path / "state.pt"]
 
 
 def test_a_complete_file_with_no_ranks_is_an_unreadable_checkpoint(tmp_path):
