@@ -57,3 +57,12 @@ class SyncLog:
         if not any(what == "dir-sync" and ino == (st.st_dev, st.st_ino) for what, ino, _ in self.events[i + 1:]):
             return f"{path.parent} was not synced after the rename of {path.name}"
         return ""
+
+
+def full_disk(monkeypatch) -> None:
+    """Send the writes to every temporary :func:`~hpcdgnn.atomic.atomic_write` makes to ``/dev/full``, which
+    answers each with ENOSPC: a full disk, the temporary itself made (and to be removed)."""
+    from hpcdgnn import atomic
+
+    real_open = open
+    monkeypatch.setattr(atomic, "open", lambda path, mode, **kw: real_open("/dev/full", mode, **kw), raising=False)

@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from hpcdgnn import preemption
+from hpcdgnn.atomic import atomic_write
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import cpu_affinity, cuda_seen, memory_share, node_cpu_sets, select_device
 from hpcdgnn.comm.world import name_ranks
@@ -561,20 +562,18 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: di
     ``planner``: what ``strategy: auto`` predicted, under ``plan.json``'s ``planner`` key (kept when a new plan
     replaces the old: a resume with the job file compares its request with it)."""
     ensure_run_id(run_dir)
-    tmp = run_dir / "config.resolved.yaml.tmp"
-    with writing(run_dir / "config.resolved.yaml"):
-        tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
-        os.replace(tmp, run_dir / "config.resolved.yaml")
+    config = run_dir / "config.resolved.yaml"
+    with writing(config), atomic_write(config) as f:
+        f.write(yaml.safe_dump(job_to_dict(job), sort_keys=False))
     path = run_dir / "plan.json"
-    new = run_dir / "plan.json.tmp"
-    with writing(path):
-        plan.save(new)
-        planner = planner if planner is not None else _planner_record(run_dir)
-        if planner is not None:
-            new.write_text(json.dumps({**json.loads(new.read_text()), "planner": planner}, indent=1) + "\n")
-        if epoch and path.is_file() and path.read_bytes() != new.read_bytes():
+    planner = planner if planner is not None else _planner_record(run_dir)
+    text = json.dumps({**plan.to_json(), **({"planner": planner} if planner is not None else {})}, indent=1) + "\n"
+    with writing(path), atomic_write(path) as f:
+        f.write(text)
+        if epoch and path.is_file() and path.read_bytes() != text.encode():
+            f.flush()
+            os.fsync(f.fileno())  # the new plan on disk before the old one moves aside: a full disk keeps plan.json
             os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
-        os.replace(new, path)
 
 
 def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
@@ -612,15 +611,8 @@ def truncate_metrics(path: Path, last_epoch: int) -> None:
             return False
 
     keep = [line for line in path.read_text().splitlines() if line.strip() and kept(line)]
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with writing(path):  # a resume on a full disk: one line naming the file
-            tmp.write_text("".join(line + "\n" for line in keep))
-            os.replace(tmp, path)
-    except DataError:
-        with suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
+    with writing(path), atomic_write(path) as f:  # a resume on a full disk: one line naming the file
+        f.write("".join(line + "\n" for line in keep))
 
 
 def _checksum(params: list[torch.Tensor]) -> str:

@@ -65,9 +65,9 @@ def test_an_output_directory_another_run_makes_meanwhile_is_not_ours(tmp_path, m
 def test_a_run_file_a_full_disk_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
     """metrics.jsonl on a full disk (/dev/full answers every write with ENOSPC) was a traceback, exit 1: now the
     one-line DataError (exit 2) naming the file and the reason; summary.json likewise, its temporary file gone."""
-    from hpcdgnn import atomic
     from hpcdgnn.errors import DataError
     from hpcdgnn.metrics.results import RunDirectory
+    from tests.synced import full_disk
 
     rd = RunDirectory(tmp_path)
     rd._metrics.close()
@@ -76,8 +76,7 @@ def test_a_run_file_a_full_disk_refuses_is_one_line_naming_it(tmp_path, monkeypa
         rd.append_epoch({"epoch": 1, "loss": 0.5})
     assert str(e.value) == f"cannot write {tmp_path / 'metrics.jsonl'}: No space left on device (a full disk?)"
     rd._metrics = open(tmp_path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
-    real_open = open  # the temporary's writes go to /dev/full
-    monkeypatch.setattr(atomic, "open", lambda path, mode, **kw: real_open("/dev/full", mode, **kw), raising=False)
+    full_disk(monkeypatch)
     with pytest.raises(DataError, match=r"^cannot write .*summary\.json: No space left on device \(a full disk\?\)$"):
         rd.save_summary({"status": "completed"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no summary.json, no temporary

@@ -405,19 +405,51 @@ def test_a_file_system_that_takes_no_lock_warns_and_trains(tmp_path, monkeypatch
     assert "this file system takes no lock (Bad file descriptor)" in caplog.text, caplog.text
 
 
-def test_a_resume_that_cannot_rewrite_metrics_is_one_line_and_keeps_them(tmp_path):
-    """A resume drops the re-run epochs' records through ``metrics.jsonl.tmp``: on a full disk that was a
+def test_a_resume_that_cannot_rewrite_metrics_is_one_line_and_keeps_them(tmp_path, monkeypatch):
+    """A resume drops the re-run epochs' records through a temporary file: on a full disk that was a
     traceback, exit 1; now one line naming the file, the records as they were."""
     from hpcdgnn.errors import DataError
     from hpcdgnn.train.setup import truncate_metrics
+    from tests.synced import full_disk
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"epoch": 1}\n{"epoch": 2}\n')
-    (tmp_path / "metrics.jsonl.tmp").symlink_to("/dev/full")
+    full_disk(monkeypatch)
     with pytest.raises(DataError, match=r"^cannot write .*metrics\.jsonl: No space left on device \(a full disk\?\)$"):
         truncate_metrics(path, 1)
     assert path.read_text() == '{"epoch": 1}\n{"epoch": 2}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+def test_the_run_files_a_resume_reads_reach_the_disk_before_their_names(tmp_path, monkeypatch):
+    """config.resolved.yaml, plan.json and a resume's cut metrics.jsonl were renamed into place before their data
+    reached the disk: after a node's crash they could be empty, and the requeued job's resume could not read its
+    own run. Now each is synced before its rename and the run directory after it; a re-cut plan keeps the old one."""
+    import json
+    from types import SimpleNamespace
+
+    from hpcdgnn.config.schema import JobConfig
+    from hpcdgnn.train.setup import _save_run_files, truncate_metrics
+    from tests.synced import SyncLog
+
+    def plan(owner):
+        data = {"kind": "snapshot", "owner": owner}
+        return SimpleNamespace(to_json=lambda: data, save=lambda p: p.write_text(json.dumps(data, indent=1) + "\n"))
+
+    log = SyncLog(monkeypatch)
+    _save_run_files(tmp_path, JobConfig(), plan([0, 1]), 0, planner={"picked": "snapshot"})
+    for name in ("config.resolved.yaml", "plan.json"):
+        assert log.durable(tmp_path / name) == ""
+    _save_run_files(tmp_path, JobConfig(), plan([1, 0]), 3)
+    assert log.durable(tmp_path / "plan.json") == ""
+    assert json.loads((tmp_path / "plan.json").read_text()) == {"kind": "snapshot", "owner": [1, 0],
+                                                                 "planner": {"picked": "snapshot"}}
+    assert json.loads((tmp_path / "plan.before-epoch-3.json").read_text())["owner"] == [0, 1]
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
+    truncate_metrics(tmp_path / "metrics.jsonl", 1)
+    assert log.durable(tmp_path / "metrics.jsonl") == ""
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"epoch": 1}\n'
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
 @pytest.mark.mpi  # training runs (python -m hpcdgnn in a singleton MPI process)
