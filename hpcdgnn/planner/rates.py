@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hpcdgnn.atomic import atomic_write
 from hpcdgnn.errors import ConfigError
 
 __all__ = ["MachineRates", "load_rates", "rates_path", "save_rates"]
@@ -123,14 +124,10 @@ def load_rates(device: str = "cpu", dtype: str = "float32", path: str | Path | N
 
 
 def save_rates(rates: MachineRates, path: Path) -> None:
-    """Write ``rates`` atomically (a job reading it meanwhile sees the old or the new file, never half)."""
+    """Write ``rates`` atomically (a job reading it meanwhile sees the old or the new file, never half) and durably
+    (:func:`atomic_write`; calibrations on several nodes sharing the cache never share a temporary)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     data = asdict(rates)
     data.pop("source")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:  # a full disk or a signal: no half-written temporary left beside the file
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -812,3 +812,22 @@ def test_plan_and_check_count_on_one_thread_unless_told(small_dataset, tmp_path)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip().splitlines()[-1] == want, proc.stdout
+
+
+def test_saved_rates_reach_the_disk_and_never_take_another_node_s_temporary(tmp_path, monkeypatch):
+    """The rates went through ``NAME.tmpPID``: a calibration on another node sharing the cache, with the same pid,
+    wrote the same temporary (each rename could move the other's half-written file into place), and the file was
+    renamed before its data reached the disk. Now the temporary is mkstemp's, the file synced before its rename."""
+    import os
+
+    from hpcdgnn.planner.rates import MachineRates, load_rates, save_rates
+    from tests.synced import SyncLog
+
+    path = tmp_path / "rates.json"
+    theirs = tmp_path / f"rates.json.tmp{os.getpid()}"  # the other node's write, under way
+    theirs.write_text('{"op_seconds": ')
+    log = SyncLog(monkeypatch)
+    save_rates(MachineRates(op_seconds=2e-6), path)
+    assert log.durable(path) == ""
+    assert load_rates(path=path).op_seconds == 2e-6 and theirs.read_text() == '{"op_seconds": '
+    assert sorted(tmp_path.iterdir()) == [path, theirs]
