@@ -13,7 +13,6 @@ import os
 import platform
 import re
 import socket
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcdgnn.errors import PlanError, umask_mode
+from hpcdgnn.atomic import atomic_write
+from hpcdgnn.errors import PlanError
 from hpcdgnn.indices import unique_ints
 from hpcdgnn.partition.chunks import SuperGraph
 
@@ -250,20 +250,13 @@ class MLPWorkload:
                                 f"{value}; {fix}")
 
     def save(self, path: str | Path) -> Path:
-        """Write atomically (temporary file, then rename): a reader never sees half a file."""
+        """Write atomically and durably (:func:`atomic_write`): a reader never sees half a file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": FORMAT, "meta": self.meta, "structure": self.structure.to_dict(),
                    "time": None if self.time is None else self.time.to_dict()}
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                torch.save(payload, fh)
-            umask_mode(tmp)  # not mkstemp's 0600
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_write(path, "wb") as fh:
+            torch.save(payload, fh)
         return path
 
     @classmethod

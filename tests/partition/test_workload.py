@@ -134,3 +134,13 @@ def test_default_path_is_per_machine_model_device_dtype(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCDGNN_CACHE", str(tmp_path))
     p = default_predictor_path("tgcn", "cpu", "float32")
     assert p.parent == tmp_path and p.name.startswith("workload-") and p.name.endswith("-tgcn-cpu-float32.pt")
+
+
+def test_a_saved_predictor_reaches_the_disk_before_its_name(tmp_path, monkeypatch):
+    """Renamed into place before its data reached the disk, a predictor could be empty after a node's crash (then
+    every chunk plan naming it is refused until it is profiled again): synced before its rename."""
+    from tests.synced import SyncLog
+
+    log = SyncLog(monkeypatch)
+    path = _tiny_predictor().save(tmp_path / "w.pt")
+    assert log.durable(path) == ""
