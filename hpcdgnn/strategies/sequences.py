@@ -158,7 +158,25 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def check_data(cls, job, manifest, where: str | None) -> None:
-        """Refuse a reuse cache (R3) smaller than the one entry every sample reads (the model built on meta)."""
+        """Refuse node batches larger than the graph, and a reuse cache (R3) smaller than the one entry every
+        sample reads (the model built on meta).
+
+        ``batch_vertices`` above N cut one batch of every vertex, as 0 does, and ``batch_samples`` above the
+        epoch's training samples make one step of them all: values that read as batch sizes but are none are
+        refused, not trained silently as the whole epoch (both are global, independent of P, so no rank count
+        gives them another meaning).
+        """
+        o, at = job.strategy, f"{where}: " if where else ""
+        N, B = manifest.num_vertices, o.batch_vertices
+        if B > N:
+            raise ConfigError(f"{at}strategy.batch_vertices: {B}, but the dataset {job.data.path} has N = {N} "
+                              f"vertices; choose at most {N} (0 = all of them)")
+        trained = sum(s.split == 0 for s in sequences_of(manifest, job))  # none: the plan says why
+        batches = -(-N // (B or N))
+        if trained and o.batch_samples > trained * batches:
+            raise ConfigError(f"{at}strategy.batch_samples: {o.batch_samples}, but an epoch has only "
+                              f"{trained * batches} training samples ({trained} training sequences × {batches} node "
+                              f"batches of strategy.batch_vertices: {B}); choose at most {trained * batches}")
         if job.strategy.reuse != "on":
             return
         from hpcdgnn.regimes import regime_of

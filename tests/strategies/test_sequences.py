@@ -140,6 +140,7 @@ def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
                           "(the training steps, set by task.split: steps 0..3 of T = 7)"),
     ("strategy.fanouts=[3]", "strategy.fanouts: 1 values for model.layers: 2"),
     ("strategy.fanouts=[3,0] strategy.cache_mb=0.0001", "strategy.cache_mb: 0.0001 MiB cannot hold one snapshot's"),
+    ("strategy.batch_vertices=24", "strategy.batch_vertices: 24, but the dataset "),
 ])
 def test_bad_options_exit_2_at_p3(launcher, small_dataset, tmp_path, override, needle):
     exits_2_with_one_line(launcher, write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ), override, needle)
@@ -165,6 +166,29 @@ def test_check_refuses_the_reuse_cache_the_run_would(small_dataset, tmp_path, ca
     lines = [ln for ln in err.splitlines() if "error" in ln]
     assert code == 2 and len(lines) == 1, err
     assert f"{job}: strategy.cache_mb: {cache_mb:g} MiB cannot hold one snapshot's {needle}" in lines[0], lines
+
+
+@pytest.mark.parametrize(("sets", "needle"), [
+    (["strategy.batch_vertices=24"], "strategy.batch_vertices: 24, but the dataset {data} has N = 23 vertices; "
+                                     "choose at most 23 (0 = all of them)"),
+    (["strategy.batch_samples=7"], "strategy.batch_samples: 7, but an epoch has only 6 training samples (2 training "
+                                   "sequences × 3 node batches of strategy.batch_vertices: 8); choose at most 6"),
+    (["strategy.batch_vertices=23", "strategy.batch_samples=2"], None),
+    (["strategy.batch_samples=6"], None),
+])
+def test_batch_sizes_beyond_the_data_are_refused(small_dataset, tmp_path, capsys, sets, needle):
+    """``batch_vertices`` above N (one batch of every vertex, as 0) and ``batch_samples`` above the epoch's
+    training samples (one step of them all) trained silently as the whole epoch; ``check`` (and the run's
+    set-up, :func:`test_bad_options_exit_2_at_p3`) refuse them naming the key, the value and the data's size."""
+    from hpcdgnn.__main__ import main
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ)
+    code = main(["check", str(job), "--ranks", "3", "--set", *sets])
+    err = capsys.readouterr().err
+    if needle is None:
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1 and needle.format(data=small_dataset) in err, err
 
 
 def exits_2_with_one_line(launcher, job, override: str, needle: str) -> None:
