@@ -303,12 +303,15 @@ class SequencesOptions(StrategyConfig):
     batch_samples: int = 0
     """Samples (sequence × node batch) per optimizer step over all ranks, independent of P; 0 = training sequences."""
     incremental: Literal["on", "off"] = "on"
-    """R2 (§3.2, Eq. 2): first-layer Ã_t·X_t updated from t-1's on changed rows (``on``) or from scratch; exact."""
+    """R2 (§3.2, Eq. 2): the reuse cache's first-layer Ã_t·X_t updated from t-1's on changed rows (``on``) or from
+    scratch; exact. With ``reuse: on`` and a full input layer (``fanouts`` [] or ending in 0) only."""
     incremental_threshold: float = 0.5
     """With ``incremental: on``: above this fraction of changed entries a snapshot is aggregated from scratch."""
 
     reuse: Literal["on", "off"] = "on"
-    """R3 (§3.1, §3.3): samples read the first layer's Ã_t·X_t from a shared reuse cache (``on``). Same losses."""
+    """R3 (§3.1, §3.3): samples read the first layer's Ã_t·X_t from a shared reuse cache (``on``). Same losses.
+    The cache serves a full input layer: with the last entry of ``fanouts`` above 0 it holds nothing, and
+    ``cache_mb``, ``cache_policy``, ``incremental`` and its threshold are refused."""
     cache_mb: float = 256.0
     """With ``reuse: on``: cache bound, MiB per rank; at least one snapshot's Ã_t·X_t (N × F; N × K·F Chebyshev)."""
     cache_policy: Literal["priority", "lru"] = "priority"
@@ -329,8 +332,16 @@ class SequencesOptions(StrategyConfig):
             raise ValueError("batch_samples: must be >= 0 (0 = the number of training sequences)")
         if not self.incremental_threshold >= 0:
             raise ValueError("incremental_threshold: must be >= 0 (a fraction of a snapshot's entries)")
-        _only_with(self, ("cache_mb", "cache_policy"), self.reuse == "on", "reuse: on")
-        _only_with(self, ("incremental_threshold",), self.incremental == "on", "incremental: on")
+        if self.fanouts and self.fanouts[-1]:
+            # R2 and R3 serve layer 0's Ã_t·X_t over full neighbourhoods (sequences.sampling_of's reads_ax): with
+            # the input layer sampled (fanouts' last entry: nearest the batch first) no sample reads the cache
+            for name in _set_away(self, ("cache_mb", "cache_policy", "incremental", "incremental_threshold")):
+                raise ValueError(f"{name}: does nothing with fanouts {list(self.fanouts)}: the reuse cache and the "
+                                 "incremental aggregation (R2, R3) serve the input layer over all its neighbours, and "
+                                 f"the last entry samples {self.fanouts[-1]} there; remove it, or end fanouts with 0")
+        _only_with(self, ("cache_mb", "cache_policy", "incremental"), self.reuse == "on", "reuse: on")
+        _only_with(self, ("incremental_threshold",), self.incremental == "on" and self.reuse == "on",
+                   "incremental: on and reuse: on")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -427,13 +438,20 @@ def _only_with(cfg, names: tuple[str, ...], applies: bool, when: str) -> None:
     """Refuse a key of ``cfg`` set away from its default where it would be ignored (the config is strict: an
     option that changes nothing is an error, not a silent no-op) — not in a run's resolved config
     (:data:`READING_RESOLVED`)."""
-    if applies or READING_RESOLVED.get():
+    if applies:
         return
+    for name in _set_away(cfg, names):
+        raise ValueError(f"{name}: applies only with {when}, which this section does not set; remove it or set {when}")
+
+
+def _set_away(cfg, names: tuple[str, ...]) -> list[str]:
+    """The keys of ``names`` that ``cfg`` sets away from their defaults: a key given its default value is not told
+    from one left out, so an idle-option refusal never refuses a default; none in a run's resolved config
+    (:data:`READING_RESOLVED`), which writes out every key."""
+    if READING_RESOLVED.get():
+        return []
     default = {f.name: f.default for f in fields(cfg)}
-    for name in names:
-        if getattr(cfg, name) != default[name]:
-            raise ValueError(f"{name}: applies only with {when}, which this section does not set; remove it or set "
-                             f"{when}")
+    return [name for name in names if getattr(cfg, name) != default[name]]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -68,6 +68,17 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
          ["strategy.cache_policy", "applies only with reuse: on"]),
         ("strategy: {name: sequences, incremental: 'off', incremental_threshold: 0.2}\n", [],
          ["strategy.incremental_threshold", "applies only with incremental: on"]),
+        # ... and where nothing reads the cache: a sampled input layer (fanouts' last entry), or no cache at all
+        ("strategy: {name: sequences, fanouts: [3, 2], cache_mb: 64}\n", [],
+         ["strategy.cache_mb: does nothing with fanouts [3, 2]", "the last entry samples 2", "end fanouts with 0"]),
+        ("strategy: {name: sequences, fanouts: [0, 5]}\n", ["strategy.cache_policy=lru"],
+         ["strategy.cache_policy: does nothing with fanouts [0, 5]"]),
+        ("strategy: {name: sequences, fanouts: [3, 2], incremental: 'off'}\n", [],
+         ["strategy.incremental: does nothing with fanouts [3, 2]"]),
+        ("strategy: {name: sequences, fanouts: [3, 2], incremental_threshold: 0.2}\n", [],
+         ["strategy.incremental_threshold: does nothing with fanouts [3, 2]"]),
+        ("strategy: {name: sequences, reuse: 'off', incremental: 'off'}\n", [],
+         ["strategy.incremental", "applies only with reuse: on"]),
         # a fixed-length list says its length (it read "expected a list or null, got list")
         ("strategy: {name: hybrid, adjuster: {start: [0.2, 0.05, 1]}}\n", [],
          ["strategy.adjuster.start", "expected a list of 2 values or null, got list [0.2, 0.05, 1]"]),
@@ -410,6 +421,17 @@ def test_a_run_saved_with_a_key_now_refused_where_it_was_ignored_still_loads(tmp
     assert getattr(job.strategy, "fusion_memory_mb", "auto") == "auto" and job.strategy.stale.theta == 0.5
 
 
+@pytest.mark.parametrize("strategy", [
+    "{name: sequences, fanouts: [3, 2]}",  # the defaults of the idle keys: not refused
+    "{name: sequences, fanouts: [3, 2], reuse: 'off'}",
+    "{name: sequences, fanouts: [3, 0], cache_mb: 64, cache_policy: lru, incremental_threshold: 0.2}",
+    "{name: sequences, fanouts: [], incremental: 'off'}",
+])
+def test_the_reuse_keys_are_accepted_where_the_cache_serves_or_left_at_their_defaults(tmp_path, small_dataset,
+                                                                                     strategy):
+    assert load_job(_job(tmp_path, small_dataset, f"strategy: {strategy}\n")).strategy.name == "sequences"
+
+
 def test_a_run_s_resolved_config_with_an_option_refused_since_still_loads():
     """An idle option (sequences' cache_mb with reuse off) is refused in a job, but a run an older hpcdgnn trained
     with it stays readable: resume, embed, predict and load_run read its config.resolved.yaml."""
@@ -418,6 +440,9 @@ def test_a_run_s_resolved_config_with_an_option_refused_since_still_loads():
     raw = {"data": {"path": "d"}, "model": {"name": "cdgcn"}, "task": {"name": "link_prediction"},
            "strategy": {"name": "sequences", "reuse": "off", "cache_mb": 64}}
     job = load_job_dict(raw, "r/config.resolved.yaml", [], check_paths=False, resolved=True)
+    assert job.strategy.cache_mb == 64
+    sampled = {**raw, "strategy": {"name": "sequences", "fanouts": [3, 2], "cache_mb": 64, "incremental": "off"}}
+    job = load_job_dict(sampled, "r/config.resolved.yaml", [], check_paths=False, resolved=True)
     assert job.strategy.cache_mb == 64
     with pytest.raises(ConfigError, match="strategy.cache_mb: applies only with reuse: on"):
         load_job_dict(raw, "job.yaml", [], check_paths=False)
