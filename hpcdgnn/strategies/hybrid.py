@@ -217,20 +217,22 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def check_reads(cls, plan: PartitionPlan, job, manifest) -> None:
-        """``check``: what the set-up refuses once it has read each rank's closure, ``strategy.max_cache_mb``: the
-        closures as the planner derives them (the set-up's rows), read from the shards as the set-up reads them."""
+        """``check``: what the set-up refuses once it has read each rank's closure: ``strategy.max_cache_mb`` (the
+        closures as the planner derives them, the set-up's rows, read from the shards as the set-up reads them)
+        and ``strategy.reservoir.max_mb`` (:meth:`_check_reservoir`)."""
         from hpcdgnn.data.shard_reader import ShardReader
         from hpcdgnn.planner.samples import hybrid_closures
 
         limit = job.strategy.max_cache_mb
-        if not limit:
-            return
-        closures, stop = hybrid_closures(plan, job, manifest, job.data.path)
         with ShardReader(job.data.path, manifest) as reader:
-            for rank, rows in enumerate(closures):
-                held = sum(_block_bytes(reader.read_rows(t, rows)) for t in range(stop))
-                if held / 2**20 > limit:
-                    raise _over_cache(rank, held, rows.shape[0], plan.num_vertices, limit)
+            if limit:
+                closures, stop = hybrid_closures(plan, job, manifest, job.data.path)
+                for rank, rows in enumerate(closures):
+                    held = sum(_block_bytes(reader.read_rows(t, rows)) for t in range(stop))
+                    if held / 2**20 > limit:
+                        raise _over_cache(rank, held, rows.shape[0], plan.num_vertices, limit)
+            if job.strategy.reservoir.mode == "on":
+                cls._check_reservoir(plan, job, manifest, reader)
 
     @classmethod
     def unpriced(cls, job) -> list[str]:
@@ -279,21 +281,12 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read my vertices' closure once (H1); keep the load order and owners for drawing batches (H2)."""
         job, o, me = self.ctx.job, self.ctx.job.strategy, self.comm.rank
-        self.plan, self.opts, self.task = plan, o, task
-        vars(self).update(hybrid_of(plan, model, job, self.ctx.manifest))
-        self._targets: dict[int, torch.Tensor] = {}
-        self.mine = np.sort(np.asarray(plan.vertices_of(me), dtype=np.int64))
-        # a task whose samples read vertices besides the batch (link prediction's destinations and negatives)
-        # may read any row: its closure is every vertex
-        wide = task.reads_beyond_batch()
-        self.host: dict[int, HostSnapshot] = {}
-        edges = [reader.edges(t) for t in range(self.stop)]
+        edges = self._read(plan, model, task, reader)
         #: Alg. 1's loads as the plan computed them, for ``reward_time: work`` only
         self.loads = None
         if o.adjuster.reward_time == "work":
             self.loads = vertex_loads(edges + [reader.edges(t) for t in range(self.stop, self.T)], self.N,
                                       job.model.layers)
-        self.read_rows = self._read_closure(reader, edges, np.arange(self.N) if wide else self.mine)
         self._warn_small_batches()
         if o.max_cache_mb and self.cache_bytes / 2**20 > o.max_cache_mb:  # local: agree() carries it to every rank
             raise _over_cache(me, self.cache_bytes, self.read_rows.shape[0], self.N, o.max_cache_mb)
@@ -324,6 +317,48 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self._first = self._first_stored()
         self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
+
+    def _read(self, plan: PartitionPlan, model: DGNN, task, reader) -> list[tuple[np.ndarray, np.ndarray]]:
+        """What a batch is built from: the draw's attributes (:func:`hybrid_of`), my vertices and their closure's
+        rows (H1), read once; returns the edges of snapshots 0..stop-1 (the closure's union)."""
+        self.plan, self.opts, self.task = plan, self.ctx.job.strategy, task
+        vars(self).update(hybrid_of(plan, model, self.ctx.job, self.ctx.manifest))
+        self._targets: dict[int, torch.Tensor] = {}
+        self.mine = np.sort(np.asarray(plan.vertices_of(self.comm.rank), dtype=np.int64))
+        self.host: dict[int, HostSnapshot] = {}
+        edges = [reader.edges(t) for t in range(self.stop)]
+        # a task whose samples read vertices besides the batch (link prediction's destinations and negatives)
+        # may read any row: its closure is every vertex
+        wide = task.reads_beyond_batch()
+        self.read_rows = self._read_closure(reader, edges, np.arange(self.N) if wide else self.mine)
+        return edges
+
+    @classmethod
+    def _check_reservoir(cls, plan: PartitionPlan, job, manifest, reader) -> None:
+        """``check``: the set-up's refusal of a ``reservoir.max_mb`` that holds no batch (:meth:`_first_stored`),
+        raised for the first rank whose part of the start action's first stored batch is over it.
+
+        Each rank's part is built as its set-up builds it, over its closure read from the shards: a stored
+        batch's bytes are its built layout's (row sets, Ã blocks, a cell's step graphs in the weights' dtype as
+        read), which the planner's structure (all-ones float64 weights, the whole graph for ``lhop``) would
+        over-count for graph-recurrent cells, refusing batches that fit. One batch a rank, and the closure
+        reads ``max_cache_mb``'s check makes too.
+        """
+        from types import SimpleNamespace
+
+        from hpcdgnn.regimes import regime_of
+
+        regime = regime_of("model", job.model.name)
+        with torch.device("meta"):  # a batch's layout reads the layers' kinds, never their weights
+            model = regime.build_model(job, manifest)
+        task = regime.task_of(job, manifest, model)  # a node task's batch reads its targets only: no set-up
+        ctx = SimpleNamespace(job=job, manifest=manifest, dtype=getattr(torch, job.train.dtype),
+                              device=torch.device("cpu"))
+        for rank in range(plan.num_ranks):
+            part = cls.__new__(cls)
+            part.ctx, part.comm = ctx, SimpleNamespace(rank=rank, size=plan.num_ranks)
+            part._read(plan, model, task, reader)
+            part._first_stored()
 
     def _warn_small_batches(self) -> None:
         """Rank 0 warns once when the smallest vertex batch draws fewer than P × groups targets: each group then

@@ -256,6 +256,29 @@ def test_a_reservoir_holding_no_batch_is_refused_at_set_up_leaving_no_run_direct
     assert not (tmp_path / "fresh").exists(), sorted(p.name for p in (tmp_path / "fresh").rglob("*"))
 
 
+@pytest.mark.parametrize("model", ["gconv_lstm", "cdgcn"])
+def test_check_refuses_the_reservoir_the_run_would(launcher, dense, tmp_path, capsys, model):
+    """``python -m hpcdgnn check`` passed a ``reservoir.max_mb`` holding no batch, which the run's set-up refuses
+    (:meth:`HybridStrategy._first_stored`); it now builds each rank's part of that batch as the set-up does and
+    gives the run's line, bytes included: a graph-recurrent cell's step graphs hold the weights as read, which
+    the planner's all-ones float64 structure would over-count. A bound that holds every part passes."""
+    from hpcdgnn.__main__ import main
+
+    job = _job(tmp_path, dense, model)
+    sets = ["strategy.name=hybrid", "strategy.vertex_fractions=[0.5]", "strategy.reservoir.mode=on",
+            "strategy.reservoir.max_mb=0.0001"]
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", *sets],
+                        timeout=60)
+    ran = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert proc.returncode == 2 and len(ran) == 1, proc.stderr
+    said = ran[0][ran[0].index("strategy.reservoir.max_mb: 0.0001 MiB holds no batch (one is "):]
+    code = main(["check", str(job), "--ranks", "3", "--set", *sets])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said in err, (said, err)
+    code = main(["check", str(job), "--ranks", "3", "--set", *sets[:-1], "strategy.reservoir.max_mb=1"])
+    assert code == 0, capsys.readouterr().err
+
+
 #: a learned batch size with a reproducible reward, over fractional batches
 DQN = [*RANDOM[:-1], "strategy.adjuster.kind=dqn", "strategy.adjuster.reward_time=work"]
 #: rounds by count: deterministic
