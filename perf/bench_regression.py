@@ -141,6 +141,8 @@ def main() -> None:
         rows = [(model, c) for model in args.models for c in CONFIGS if c[3] == "graph"] + \
                [(None, c) for c in CONFIGS if c[3] == "events"]
         for model, (label, strategy, moved, _) in (r for r in rows if r[1][0] in args.strategies):
+            if "batch_vertices" in strategy:  # a node batch larger than the graph is refused
+                strategy = {**strategy, "batch_vertices": min(strategy["batch_vertices"], args.vertices)}
             times: dict[str, list[float]] = {"before": [], "after": []}
             loss = {}
             for rep in range(args.repeat):

@@ -150,7 +150,9 @@ def _sizes(job) -> list[str]:
         if job.task.name == "link_prediction":
             over += ["task.decoder_hidden=4"]
     if job.strategy.name == "sequences":
-        over += ["strategy.batch_vertices=64", "strategy.cache_mb=4"]
+        over += ["strategy.batch_vertices=64"]
+        if not job.strategy.fanouts or job.strategy.fanouts[-1] == 0:  # a sampled input layer has no cache
+            over += ["strategy.cache_mb=4"]
     if job.strategy.name == "chunk":
         over += ["strategy.chunk_size=128"]
     return over
