@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcdgnn.atomic import atomic_write
 from hpcdgnn.errors import DataError, not_a_directory, short_repr
 
 __all__ = [
@@ -288,14 +289,26 @@ def empty_snapshots_note(snapshot_edges: Sequence[int]) -> str | None:
 
 
 def save_manifest(root: str | Path, manifest: Manifest) -> Path:
-    """Write ``root/manifest.json`` atomically (temporary file, then rename)."""
+    """Write ``root/manifest.json`` atomically and durably (:func:`write_manifest_json`)."""
     return write_manifest_json(root, manifest.to_json())
 
 
 def write_manifest_json(root: str | Path, data: dict[str, Any]) -> Path:
-    """Write ``data`` as ``root/manifest.json`` atomically (temporary file, then rename), for either kind."""
+    """Write ``data`` as ``root/manifest.json`` through :func:`~hpcdgnn.atomic.atomic_write`, for either kind.
+
+    Synced before its rename and its directory after: the manifest is what makes a directory a dataset, and one
+    renamed into place before its data reached the disk reads as empty after a node's crash. A failed write (a
+    full disk) leaves no temporary behind and the old manifest as it was.
+
+    Args:
+        root: the dataset's directory (it exists).
+        data: the manifest as a JSON-ready dict (:meth:`Manifest.to_json`, or an event stream's).
+
+    Raises:
+        OSError: the write failed (the caller names the dataset in its one line).
+    """
     path = Path(root) / MANIFEST_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
+    text = json.dumps(data, indent=1) + "\n"  # a value JSON cannot hold fails here, before any file is made
+    with atomic_write(path) as f:
+        f.write(text)
     return path
