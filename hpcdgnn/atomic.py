@@ -17,7 +17,7 @@ from typing import IO
 
 from hpcdgnn.errors import umask_mode
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "sync_directory"]
 
 #: what ``link`` says on a file system without hard links (vfat, some FUSE and object-store mounts)
 _UNSUPPORTED = frozenset({errno.EPERM, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
@@ -67,7 +67,7 @@ def atomic_write(path: str | Path, mode: str = "w", replace: bool = True) -> Ite
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _sync_directory(path.parent)
+    sync_directory(path.parent)
 
 
 def _link_new(tmp: Path, path: Path) -> None:
@@ -95,9 +95,15 @@ def _link_new(tmp: Path, path: Path) -> None:
     tmp.unlink()
 
 
-def _sync_directory(directory: Path) -> None:
-    """``fsync`` ``directory``, so that a rename into it outlives a node crash. Best effort: the file is in place
-    and synced by now, so a directory some network or FUSE file system cannot open or sync is no failed write."""
+def sync_directory(directory: str | Path) -> None:
+    """``fsync`` ``directory``, so that the renames, creations and removals of names in it so far outlive a node
+    crash: a rename is on disk only once its directory is synced, and a later step that counts on it (a file
+    removed, a record vouching for it) can reach the disk first. Best effort: what was renamed is in place by now,
+    so a directory some network or FUSE file system cannot open or sync is no failed write.
+
+    Args:
+        directory: the directory whose entries are to reach the disk.
+    """
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
         try:

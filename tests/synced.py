@@ -44,14 +44,15 @@ class SyncLog:
 
     def durable(self, path: str | Path) -> str:
         """What was missing in the last write of ``path`` ("" when nothing was): its file's sync before the
-        rename that gave ``path`` its name, its directory's sync after it."""
+        rename that gave ``path`` its name (a directory's: its own sync, which makes its entries durable), its
+        parent directory's sync after it."""
         path = Path(path)
         named = [i for i, (what, _, dst) in enumerate(self.events) if what == "name" and dst == path]
         if not named:
             return f"{path} was never renamed into place"
         i = named[-1]
         inode = self.events[i][1]
-        if not any(what == "sync" and ino == inode for what, ino, _ in self.events[:i]):
+        if not any(what in ("sync", "dir-sync") and ino == inode for what, ino, _ in self.events[:i]):
             return f"{path}'s data was not synced before its rename"
         st = os.stat(path.parent)
         if not any(what == "dir-sync" and ino == (st.st_dev, st.st_ino) for what, ino, _ in self.events[i + 1:]):

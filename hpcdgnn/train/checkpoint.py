@@ -19,9 +19,10 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
 Names sort in training order.
 
 Ranks write into ``epoch-XXXXXX.tmp/``; after a barrier rank 0 writes ``COMPLETE`` and renames the directory
-(atomic on POSIX), so a killed job never leaves a half-written checkpoint. The run id in ``COMPLETE`` keeps a
-resume or the rotation from touching another run's checkpoints. Parameters and Adam moments are identical on
-every rank, so rank 0 saves them once; a resume is bit for bit.
+(atomic on POSIX), so a killed job never leaves a half-written checkpoint; every file, ``COMPLETE`` and the rename
+are synced before an older checkpoint goes, so a node's crash never leaves fewer checkpoints than before. The run
+id in ``COMPLETE`` keeps a resume or the rotation from touching another run's checkpoints. Parameters and Adam
+moments are identical on every rank, so rank 0 saves them once; a resume is bit for bit.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import numpy as np
 import torch
 
 from hpcdgnn import preemption
-from hpcdgnn.atomic import atomic_write
+from hpcdgnn.atomic import atomic_write, sync_directory
 from hpcdgnn.errors import ConfigError, DataError, StoppedError
 from hpcdgnn.metrics.results import writing
 from hpcdgnn.run_lock import _HELD, _NO_LOCKS, LOCK_FILE, _lock, release_runs, run_lock_wait
@@ -553,8 +554,11 @@ class CheckpointManager:
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while writing
+            made = not self.root.is_dir()
             with _writing_checkpoint(tmp):
                 tmp.mkdir(parents=True)
+            if made:  # the first checkpoint made the root: its name on disk, or every checkpoint can go with it
+                sync_directory(self.root.parent)
         self.comm.barrier(tag="checkpoint")
         name = _rank_file(self.comm.rank)
         files = {name: _atomic_save(held.rank if held is not None else self._rank_state(strategy_state, partial),
@@ -570,6 +574,7 @@ class CheckpointManager:
                 f.write(json.dumps(meta) + "\n")
                 f.flush()
                 os.fsync(f.fileno())  # as the files it vouches for: a node's crash leaves no empty record
+            sync_directory(tmp)  # COMPLETE's name, before the directory's rename makes it a checkpoint
             old = final.with_name(final.name + ".old.tmp")  # ignored as a .tmp
             with _writing_checkpoint(final):
                 if final.exists():  # a resumed run re-ran this epoch: the old one goes once the new one is in place
@@ -581,21 +586,30 @@ class CheckpointManager:
                     if old.exists() and not final.exists():  # the one it replaced stays the newest
                         os.replace(old, final)
                     raise
+            # the new name on disk before anything older goes, and before training goes past it: else a node's
+            # crash could keep an older checkpoint's removal (or, under a re-written name, the old one's files
+            # removed beneath its COMPLETE) and lose the rename, leaving no checkpoint, or one that reads complete
+            sync_directory(self.root)
             shutil.rmtree(old, ignore_errors=True)
             done = sorted(d for d in _complete(self.root) if self._ours(d))
             # a checkpoint within an epoch serves only the resume from it: the newer one replaces it
             within = [d for d in done if within_epoch(d) and d.name < final.name]
             ends = [d for d in done if not within_epoch(d)]
+            gone = []
             for old in within + ends[: max(0, len(ends) - self.keep)]:
                 # renamed first (atomic): a job killed while removing a large one leaves a .tmp, which the next
                 # checkpoint removes, never a checkpoint that still reads as complete with files missing
-                gone = old.with_name(old.name + ".old.tmp")
+                away = old.with_name(old.name + ".old.tmp")
                 try:
-                    shutil.rmtree(gone, ignore_errors=True)
-                    os.replace(old, gone)
+                    shutil.rmtree(away, ignore_errors=True)
+                    os.replace(old, away)
                 except OSError:
-                    gone = old
-                shutil.rmtree(gone, ignore_errors=True)
+                    away = old
+                gone.append(away)
+            if gone:  # the renames on disk before the files go: a node's crash may keep removals and lose renames
+                sync_directory(self.root)
+            for away in gone:
+                shutil.rmtree(away, ignore_errors=True)
             # what writes killed mid-way left (a name within an epoch may never come again)
             for stale in self.root.glob("epoch-*.tmp"):
                 if stale.is_dir() and self._ours(stale):

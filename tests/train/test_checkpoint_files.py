@@ -273,3 +273,55 @@ def test_a_rotation_killed_midway_leaves_no_checkpoint_that_reads_complete(tmp_p
     assert [d.name for d in checkpoint._complete(tmp_path)] == ["epoch-000002"]
     manager.save(3, {"epoch": 3})
     assert sorted(d.name for d in tmp_path.iterdir()) == ["epoch-000003"]
+
+
+def test_a_checkpoint_s_name_reaches_the_disk_before_any_older_one_goes(tmp_path, monkeypatch):
+    """The checkpoint directory was never synced after its renames: after a node's crash the new checkpoint's
+    rename could be lost while an older one's removal (``checkpoint.keep``) was kept, leaving no checkpoint, or
+    an old one's files gone beneath its ``COMPLETE``. Now ``COMPLETE``'s name is synced before the rename, the
+    root after it, and again after the older ones are renamed away, before their files go."""
+    from types import SimpleNamespace
+
+    from tests.synced import SyncLog
+
+    comm = SimpleNamespace(rank=0, size=1, barrier=lambda tag=None: None, allgather_obj=lambda obj, tag=None: [obj])
+    root = tmp_path / "checkpoints"
+    manager = checkpoint.CheckpointManager(root, keep=1, comm=comm)
+    log = SyncLog(monkeypatch)
+    real_rmtree = shutil.rmtree
+
+    def removed(path, *args, **kwargs):
+        if checkpoint.Path(path).exists():
+            log.events.append(("remove", None, checkpoint.Path(path)))
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", removed)
+
+    def at(what, dst=None, ino=None, after=-1):
+        return next(i for i, (w, n, d) in enumerate(log.events)
+                    if i > after and w == what and (dst is None or d == dst) and (ino is None or n == ino))
+
+    def dir_synced(path, after, before):
+        st = checkpoint.os.stat(path)
+        return any(after < i < before for i, (w, n, _) in enumerate(log.events)
+                   if w == "dir-sync" and n == (st.st_dev, st.st_ino))
+
+    manager.save(1, {"epoch": 1})
+    assert log.durable(root / "epoch-000001") == ""
+    assert dir_synced(tmp_path, -1, len(log.events))  # the root's own name, made by the first checkpoint
+    st = checkpoint.os.stat(root / "epoch-000001" / "COMPLETE")
+    complete = at("sync", ino=(st.st_dev, st.st_ino))
+    assert dir_synced(root / "epoch-000001", complete, at("name", root / "epoch-000001"))
+
+    start = len(log.events)
+    manager.save(2, {"epoch": 2})  # keep=1: epoch 1 goes
+    new, away = at("name", root / "epoch-000002", after=start), at("name", root / "epoch-000001.old.tmp", after=start)
+    gone = at("remove", root / "epoch-000001.old.tmp", after=start)
+    assert dir_synced(root, new, away) and dir_synced(root, away, gone)
+
+    start = len(log.events)
+    manager.save(2, {"epoch": 2, "again": True})  # a resume re-ran the epoch: the old one swapped out, then removed
+    new = at("name", root / "epoch-000002", after=start)
+    assert dir_synced(root, new, at("remove", root / "epoch-000002.old.tmp", after=new))
+    assert sorted(d.name for d in root.iterdir()) == ["epoch-000002"]
+    assert checkpoint.load_shared(root / "epoch-000002")["again"]
