@@ -2,7 +2,8 @@
 
 Every file a run, a resume or a command writes whole (``config.resolved.yaml``, ``plan.json``, ``summary.json``,
 checkpoints, rates, workload predictors, exports) goes through :func:`atomic_write`: written into a temporary
-beside it, synced, then renamed into place.
+beside it, synced, then renamed into place. A process killed meanwhile (SIGKILL, a node's crash) leaves the
+temporary; :func:`remove_temporaries` clears those of a directory's own files once nothing else can be writing them.
 """
 
 from __future__ import annotations
@@ -10,17 +11,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from hpcdgnn.errors import umask_mode
 
-__all__ = ["atomic_write", "sync_directory"]
+__all__ = ["atomic_write", "remove_temporaries", "sync_directory"]
 
 #: what ``link`` says on a file system without hard links (vfat, some FUSE and object-store mounts)
 _UNSUPPORTED = frozenset({errno.EPERM, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
+#: what ``mkstemp`` puts after the prefix: 8 of its characters (``tempfile._RandomNameSequence``)
+_RANDOM = re.compile(r"[a-z0-9_]{8}")
+
+
+def _prefix(name: str) -> str:
+    """The start of every temporary :func:`atomic_write` makes for the file ``name``."""
+    return f".{name}.tmp-"
 
 
 @contextlib.contextmanager
@@ -51,7 +60,7 @@ def atomic_write(path: str | Path, mode: str = "w", replace: bool = True) -> Ite
         OSError: from creating, writing, syncing or renaming the file (the temporary removed).
     """
     path = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=_prefix(path.name), dir=path.parent)
     os.close(fd)  # opened again by name: ``f.name`` is the temporary's path
     tmp = Path(name)
     try:
@@ -110,3 +119,27 @@ def sync_directory(directory: str | Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def remove_temporaries(directory: str | Path, names: Iterable[str]) -> None:
+    """Remove from ``directory`` the temporaries :func:`atomic_write` made for its files ``names`` and a killed
+    process (SIGKILL, a node's crash) left: ``.NAME.tmp-`` and mkstemp's 8 characters, a plain file. The old fixed
+    names were overwritten by the next write; mkstemp's are new each time and stay for ever. Nothing else goes: not
+    a user's file of another name or shape, not a temporary of another file. The caller holds what keeps every
+    other writer of these files out (a run's ``run.lock``), or it could remove a write under way. Best effort: one
+    that cannot be removed is left.
+
+    Args:
+        directory: where the files are written.
+        names: the files' names (``summary.json``), the only ones whose temporaries go.
+    """
+    prefixes = [_prefix(name) for name in names]
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        ours = any(entry.name.startswith(p) and _RANDOM.fullmatch(entry.name[len(p):]) for p in prefixes)
+        with contextlib.suppress(OSError):
+            if ours and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
-from hpcdgnn.atomic import atomic_write
+from hpcdgnn.atomic import atomic_write, remove_temporaries
 from tests.synced import SyncLog
 
 
@@ -86,3 +88,28 @@ def test_replace_false_writes_durably(tmp_path, monkeypatch):
     with atomic_write(tmp_path / "m.csv", "wb", replace=False) as f:
         f.write(b"epoch\n1\n")
     assert log.durable(tmp_path / "m.csv") == ""
+
+
+def test_the_temporary_of_a_killed_write_is_removed_and_nothing_else(tmp_path):
+    """A writer killed in the block (SIGKILL, a node's crash) leaves its temporary, under a name no later write
+    reuses: :func:`remove_temporaries` removes it, never a user's file of another name or shape, nor another
+    file's temporary."""
+    path = tmp_path / "summary.json"
+    path.write_text("old\n")
+    script = ("import os, signal, sys\n"
+              "from hpcdgnn.atomic import atomic_write\n"
+              "with atomic_write(sys.argv[1]) as f:\n"
+              "    f.write('half')\n"
+              "    f.flush()\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert subprocess.run([sys.executable, "-c", script, str(path)], timeout=60).returncode == -9
+    (left,) = [p for p in tmp_path.iterdir() if p != path]
+    assert left.name.startswith(".summary.json.tmp-") and left.read_text() == "half"
+    theirs = [".summary.json.tmp-killed", ".summary.json.tmp-abcd1234.bak", "summary.json.tmp-abcd1234",
+              ".plan.json.tmp-abcd1234", ".summary.json.tmp-abcd123"]
+    for name in theirs:
+        (tmp_path / name).write_text("the user's\n")
+    (tmp_path / ".summary.json.tmp-abcdefgh").mkdir()
+    remove_temporaries(tmp_path, ["summary.json", "metrics.jsonl"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, ".summary.json.tmp-abcdefgh", *theirs])
+    assert path.read_text() == "old\n"

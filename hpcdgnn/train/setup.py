@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from hpcdgnn import preemption
-from hpcdgnn.atomic import atomic_write
+from hpcdgnn.atomic import atomic_write, remove_temporaries
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import cpu_affinity, cuda_seen, memory_share, node_cpu_sets, select_device
 from hpcdgnn.comm.world import name_ranks
@@ -557,6 +557,12 @@ def _resumed_pick(job: JobConfig, saved: JobConfig, run_dir: Path, resume: str, 
     return replace(job, strategy=saved.strategy)
 
 
+#: the files a run writes whole into its directory (:func:`~hpcdgnn.atomic.atomic_write`), whose temporaries a run
+#: killed meanwhile leaves; a resume removes those. Its checkpoints' temporaries are inside ``epoch-*.tmp/``, which
+#: the next checkpoint removes whole
+_RUN_FILES = ("config.resolved.yaml", "plan.json", "metrics.jsonl", "summary.json")
+
+
 def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: dict | None = None) -> None:
     """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` atomically (the old plan kept when it changed);
     ``planner``: what ``strategy: auto`` predicted, under ``plan.json``'s ``planner`` key (kept when a new plan
@@ -1044,6 +1050,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         if mine is not None:
             agree(comm, lambda: strategy.load_state_dict(strategy_state(mine, strategy, comm.size)))
             if comm.rank == 0:  # only an accepted resume changes the run directory
+                remove_temporaries(run_dir, _RUN_FILES)  # this run's lock held: no write of them is under way
                 _save_run_files(run_dir, job, plan, start)
         train_count = task.global_train_count()
         if train_count <= 0:  # the same count on every rank: all raise

@@ -457,14 +457,19 @@ def test_a_run_stopped_while_writing_its_summary_is_completed_by_a_resume(small_
     """A job killed after its last checkpoint, while writing summary.json (its temporary, the attempt before's
     ``preempted`` summary left): the resume was refused ("already trained"), and the job scripts, which resume a
     run with a complete checkpoint, failed on it every time. Now the resume trains no epoch and writes the summary;
-    a completed run is still refused."""
+    a completed run is still refused. The killed write's temporary stayed in the run directory for ever (mkstemp's
+    name is new each time); the resume removes it, and nothing of another name or shape."""
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
     run = tmp_path / "run"
     proc = run_in_process(["run", str(job), "--output", str(run)], mpi_env(), tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary, metrics = json.loads((run / "summary.json").read_text()), (run / "metrics.jsonl").read_text()
     (run / "summary.json").write_text(json.dumps({**summary, "status": "preempted", "final": {"epoch": 1}}))
-    (run / ".summary.json.tmp-killed").write_text('{"job": ')  # as atomic_write names it
+    (run / ".summary.json.tmp-k1lled_x").write_text('{"job": ')  # as atomic_write names it
+    users = [".summary.json.tmp-killed", ".summary.json.tmp-abcd1234.bak", ".notes.txt.tmp-abcd1234",
+             "summary.json.tmp-abcd1234"]
+    for name in users:
+        (run / name).write_text("the user's\n")
     resume = ["run", "--resume", str(run)]
     proc = run_in_process(resume, mpi_env(), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -472,6 +477,8 @@ def test_a_run_stopped_while_writing_its_summary_is_completed_by_a_resume(small_
     again = json.loads((run / "summary.json").read_text())
     assert again["status"] == "completed" and again["final"] == summary["final"] and again["epochs"] == 2
     assert (run / "metrics.jsonl").read_text() == metrics
+    assert not (run / ".summary.json.tmp-k1lled_x").exists()
+    assert all((run / name).read_text() == "the user's\n" for name in users)
     proc = run_in_process(resume, mpi_env(), tmp_path)
     assert proc.returncode == 2 and "the run has already trained 2 epochs" in proc.stderr, proc.stderr
 
