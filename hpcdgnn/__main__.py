@@ -169,33 +169,42 @@ def _on_stop_signals(handler, signals: tuple[int, ...] = (signal.SIGTERM, signal
 #: :mod:`hpcdgnn.rank_zero`'s tags of the commands rank 0 runs for the job
 _STOP_TAG = 0x4AE1
 #: how long a stopped rank waits to hear from every other rank before it ends the job with ``MPI_Abort``: a rank
-#: whose thread cannot run (its main thread in C code that holds the GIL) or whose command already finished
+#: whose thread cannot run (its main thread in C code that holds the GIL; one whose command finished told so)
 _STOP_GRACE_S = 10.0
 
 
 class _JobStop:
     """A stop signal to any rank of an embed or predict job, after its communicator exists: one line for the job,
-    every rank's exit status 130, nothing left at ``--output``.
+    every rank's exit status 130, nothing left at ``--output`` — or, where rank 0 had already put the complete
+    output in place, that file kept, the line saying so, and every rank's exit status 0 (the command's work is
+    done: a job script goes on to use the file, which a second embed would refuse to overwrite).
 
     Every rank got the signal (mpirun, srun and hpcdgnn-mpirun's relay signal them all) or not (``kill`` of one
     rank's process). A signalled rank may be inside a collective that a peer left, where a Python handler never
     runs: each printed its own line and aborted, or hung. So the handlers here do nothing, and a thread of each rank
     acts: it sees the signal on :func:`signal.set_wakeup_fd`'s pipe, which the C handler writes into even while
-    the main thread waits in MPI; removes what embed was writing (:func:`hpcdgnn.embed.stop_writing`); tells every
-    other rank on :data:`_STOP_TAG` ``("stop", signal, own)``; and a rank told before its own signal came (or
-    never signalled) stops too, as told. Once every rank has told its stop, the lowest rank that was signalled
-    itself (rank 0 where it was) prints the line and tells the others ``("done",)``; each then leaves with
-    ``os._exit(130)`` — its main thread may be in a collective that never completes, so neither a return nor
-    ``MPI_Finalize`` is possible. Where a rank is not heard within :data:`_STOP_GRACE_S` the line is printed as
-    far as known and ``MPI_Abort(130)`` ends the job. Needs ``MPI_THREAD_MULTIPLE`` (:meth:`start` returns None
-    without it: the main thread's interrupt and abort then).
+    the main thread waits in MPI; removes what embed was writing (:func:`hpcdgnn.embed.stop_writing`, which also
+    says whether the output was in place already); tells every other rank on :data:`_STOP_TAG`
+    ``("stop", signal, own, written)``; and a rank told before its own signal came (or never signalled) stops too,
+    as told. A rank whose command ended first (:meth:`finish`) told every other rank ``("finished", written)``
+    then, and counts as told: it will not answer. Once every rank has told, the lowest rank that was signalled
+    itself (rank 0 where it was) prints the line and tells the others ``("done", written)``. Output removed: each
+    leaves with ``os._exit(130)`` — its main thread may be in a collective that never completes, so neither a
+    return nor ``MPI_Finalize`` is possible. Output in place: rank 0 got through its last collective before the
+    rename, so every main thread can complete; the stop is called off and each goes on to its ordinary exit (a
+    rank leaving without ``MPI_Finalize`` would make the launcher kill the others). Where a rank is not heard
+    within :data:`_STOP_GRACE_S` the line is printed as far as known and ``MPI_Abort(130)`` ends the job (not
+    where the output is in place: the stop is called off). Needs ``MPI_THREAD_MULTIPLE`` (:meth:`start` returns
+    None without it: the main thread's interrupt and abort then).
     """
 
     def __init__(self, command: str, world) -> None:
         self.command, self.world = command, world
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.lock = threading.Lock()
-        self.stopping = self.finished = False
+        #: stopping: the thread ends the process (or calls the stop off); finished: the command's own end came
+        #: first; written: the output was in place when the stop came, and the stop is called off
+        self.stopping = self.finished = self.written = False
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)  # the C handler must never block on a full pipe
         self.saved_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
@@ -214,10 +223,16 @@ class _JobStop:
             return None
         return cls(command, MPI.COMM_WORLD)
 
-    def finish(self) -> None:
-        """The command's work is done (or failed by itself): end the watch; a stop signal now interrupts the main
-        thread, as where one process runs the command. A stop already under way ends the process instead
-        (:meth:`wait`)."""
+    def finish(self, done: bool = False) -> None:
+        """The command's own end, on every way out: end the watch, once it told the other ranks (a stop that comes
+        to them now must not wait for this rank). A stop already under way ends the process instead (:meth:`wait`),
+        unless it found the output in place.
+
+        Args:
+            done: the command completed (rank 0 wrote its output): a stop signal from now on changes nothing, the
+                process goes on to exit 0; else it interrupts the main thread, as where one process runs the
+                command.
+        """
         with self.lock:
             if not self.stopping:
                 self.finished = True
@@ -225,18 +240,21 @@ class _JobStop:
             self.wait()
         self.thread.join()
         signal.set_wakeup_fd(self.saved_fd)
-        _on_stop_signals(_interrupt, tuple(self.replaced))
+        _on_stop_signals((lambda *_: None) if done or self.written else _interrupt, tuple(self.replaced))
         os.close(self.read_fd)
         os.close(self.write_fd)
 
     def wait(self) -> None:
         """The main thread, where a stop is under way (its work stopped, or failed since a peer left): the thread
-        ends the process; this never returns."""
+        ends the process; this returns only where the stop found the output in place and was called off."""
         self.thread.join()
-        os._exit(EXIT_PASS_STOPPED)  # not reached: the thread exits or aborts
+        if not self.written:
+            os._exit(EXIT_PASS_STOPPED)  # not reached: the thread exits or aborts
 
-    def _send(self, word: tuple) -> list:
-        return [self.world.isend(word, dest=r, tag=_STOP_TAG) for r in range(self.size) if r != self.rank]
+    def _send(self, word: tuple, ranks=None) -> list:
+        """``word`` sent to ``ranks`` (default: every other rank), its requests."""
+        ranks = [r for r in range(self.size) if r != self.rank] if ranks is None else ranks
+        return [self.world.isend(word, dest=r, tag=_STOP_TAG) for r in ranks]
 
     def _watch(self) -> None:
         try:
@@ -252,10 +270,17 @@ class _JobStop:
 
         from mpi4py import MPI
 
-        heard: dict[int, tuple[int, bool]] = {}  # rank -> (signal, signalled itself)
+        embed = sys.modules.get("hpcdgnn.embed")
+        heard: dict[int, tuple[int, bool]] = {}  # rank -> (signal, signalled itself), of the ranks stopping
+        finished: set[int] = set()  # the ranks whose command ended first: they will not answer
+        written: str | None = None  # the output rank 0 had put in place, as a rank's word says
         done, mine, sent, deadline = False, None, [], 0.0
         status = MPI.Status()
-        while mine is not None or not self.finished:
+        while True:
+            if mine is None and self.finished:  # the command's own end: the others must not wait for this rank
+                placed = embed.written() if embed is not None else None
+                MPI.Request.Waitall(self._send(("finished", None if placed is None else str(placed))))
+                return
             # once stopping, the ranks must leave together: the first process to exit without MPI_Finalize makes
             # the launcher kill the others, whose exit status is then its signal's, not 130
             ready, _, _ = select.select([self.read_fd], [], [], 0.02 if mine is None else 0.0002)
@@ -265,43 +290,72 @@ class _JobStop:
                 word = self.world.recv(source=source, tag=_STOP_TAG)
                 if word[0] == "done":
                     done = True
+                elif word[0] == "finished":
+                    finished.add(source)
                 else:
                     heard[source] = (word[1], word[2])
+                written = written or word[-1]
             if mine is None and (signums or heard):
                 with self.lock:
-                    if self.finished:  # the work is done: the main thread goes on to its ordinary exit
-                        return
+                    if self.finished:  # the work is done: the top of the loop tells the others
+                        continue
                     self.stopping = True
                 # first what this rank was writing goes: no rank exits before every rank told its stop
-                embed = sys.modules.get("hpcdgnn.embed")
-                if embed is not None:
-                    embed.stop_writing()
+                placed = embed.stop_writing() if embed is not None else None
+                written = written or (None if placed is None else str(placed))
                 mine = (signums[0], True) if signums else (next(iter(heard.values()))[0], False)
-                sent = self._send(("stop", *mine))
+                sent = self._send(("stop", *mine, written))
                 deadline = time.monotonic() + _STOP_GRACE_S
             if mine is None:
                 continue
             everyone = {**heard, self.rank: mine}
             own = sorted(r for r, (_, itself) in everyone.items() if itself)
             if done:  # the line is out and every rank stopped
-                os._exit(EXIT_PASS_STOPPED)
-            if len(everyone) == self.size:
+                return self._leave(sent, written)
+            if len(everyone) + len(finished - set(everyone)) == self.size:
                 if own[0] == self.rank:
-                    self._say(mine[0])
-                    MPI.Request.Waitall(sent + self._send(("done",)))
-                    os._exit(EXIT_PASS_STOPPED)
+                    self._say(mine[0], written)
+                    peers = [r for r in heard if r != self.rank]
+                    return self._leave(sent + self._send(("done", written), peers), written)
             elif time.monotonic() > deadline:
                 if own and own[0] == self.rank:
-                    self._say(mine[0])
+                    self._say(mine[0], written)
+                if written is not None:  # every main thread can complete: no rank is left waiting
+                    return self._leave(sent, written)
                 self.world.Abort(EXIT_PASS_STOPPED)
 
-    def _say(self, signum: int) -> None:
-        from hpcdgnn.preemption import describe_signal
+    def _leave(self, sent: list, written: str | None) -> None:
+        """The end of a stop on this rank, once its words are sent: the process exits (130), or where the output was
+        in place the stop is called off and the main thread goes on (:meth:`wait` returns)."""
+        from mpi4py import MPI
 
-        # a relay's SIGUSR1 (hpcdgnn-mpirun's, a job script's) named as what was sent, as run's lines name it
-        name = describe_signal(signal.Signals(signum).name)
+        MPI.Request.Waitall(sent)
+        if written is None:
+            os._exit(EXIT_PASS_STOPPED)
+        with self.lock:
+            self.stopping, self.written = False, True
+
+    def _say(self, signum: int, written: str | None) -> None:
         with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
-            os.write(2, f"hpcdgnn: {self.command}: stopped by {name}; nothing it was writing is left\n".encode())
+            os.write(2, f"{_stop_line(self.command, signum, written)}\n".encode())
+
+
+def _stop_line(command: str, signum: int, written: str | None = None) -> str:
+    """The line of a stop of embed or predict, for the job: nothing is left at ``--output``, or the signal came once
+    ``written`` (that output) was complete, which stays. A relay's SIGUSR1 (hpcdgnn-mpirun's, a job script's) is
+    named as what was sent, as run's lines name it.
+
+    Args:
+        command: embed or predict.
+        signum: the signal.
+        written: the output rank 0 had put in place before the stop, or None.
+    """
+    from hpcdgnn.preemption import describe_signal
+
+    name = describe_signal(signal.Signals(signum).name)
+    if written is not None:
+        return f"hpcdgnn: {command}: {name} came after {written} was written; the file is complete"
+    return f"hpcdgnn: {command}: stopped by {name}; nothing it was writing is left"
 
 
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
@@ -372,6 +426,7 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         from hpcdgnn.comm.world import check_same_command
         from hpcdgnn.train.collective import agree_start, collective_error
 
+        code = None
         try:
             agree_start(comm)
             if comm.size > 1:
@@ -385,7 +440,7 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
             raise
         finally:  # every way out: the thread must not probe MPI while the interpreter finalises it
             if watch is not None:
-                watch.finish()
+                watch.finish(done=code is not None)
         # the work is done: a scheduler's early warning (or hpcdgnn-mpirun's relay of a SIGTERM) from now on must
         # not end the process with SIGUSR1's default action once the interpreter's shutdown puts it back (a
         # completed run's job exited 138); SIG_IGN outlives that shutdown. Only where the process is the command
@@ -481,7 +536,8 @@ _EXIT_CODES = """exit codes:
       once the run stopped cleanly (checkpoint and summary.json written) a second signal gives 75;
       the other commands (prepare, generate, ...) stop at the first, prepare and generate leaving nothing
       (130 for a SIGUSR1: hpcdgnn-mpirun's relay of a first SIGINT or SIGTERM);
-      embed and predict stop at the first of SIGINT/SIGTERM/SIGUSR1 with 130, leaving nothing"""
+      embed and predict stop at the first of SIGINT/SIGTERM/SIGUSR1 with 130, leaving nothing; one that comes
+      after --output was written in full leaves it and exits 0, its line saying so"""
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

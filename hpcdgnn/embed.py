@@ -129,17 +129,39 @@ def read_embeddings(path: str | os.PathLike) -> EmbeddingFile:
 _TEMPORARIES: set[Path] = set()
 _STOP_LOCK = threading.Lock()
 _STOPPED: list[bool] = []
+#: the output renamed into place, complete: a stop that comes after it leaves it there, and its line says so
+_PLACED: list[Path] = []
 
 
-def stop_writing() -> None:
+def stop_writing() -> Path | None:
     """Remove the temporary files being written, and refuse to create or rename any from now on: the command line's
     stop of an embed or predict job on several ranks (``hpcdgnn.__main__._JobStop``), from its own thread while
-    the main thread may be in the middle of a write; the process then ends without unwinding."""
+    the main thread may be in the middle of a write; the process then ends without unwinding, unless the output
+    was in place already.
+
+    Returns:
+        The output already renamed into place (:func:`written`): complete, it stays, and the job's command goes
+        on to its end; else None.
+    """
     with _STOP_LOCK:
         _STOPPED.append(True)
         for tmp in _TEMPORARIES:
             tmp.unlink(missing_ok=True)
         _TEMPORARIES.clear()
+        return written()
+
+
+def _new_pass() -> None:
+    """Forget an earlier pass's file in place (a caller of the Python API, or of ``main`` in-process, runs several in
+    one process): :func:`written` is this pass's. A stop stays: it may have come before the pass began."""
+    with _STOP_LOCK:
+        _PLACED.clear()
+
+
+def written() -> Path | None:
+    """The output this process renamed into place, complete (rank 0's), or None: what a stop's line names as
+    kept."""
+    return _PLACED[-1] if _PLACED else None
 
 
 def _created(tmp: Path, create: Callable[[], T]) -> T:
@@ -162,6 +184,7 @@ def _into_place(tmp: Path, path: Path) -> None:
 
             raise Stopped(0)
         os.replace(tmp, path)
+        _PLACED.append(path)
         _TEMPORARIES.discard(tmp)
 
 
@@ -379,6 +402,7 @@ def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
     from hpcdgnn.train.collective import agree
     from hpcdgnn.train.inference import open_trained, pass_steps
 
+    _new_pass()
     kept: dict = {}
 
     def before(job) -> None:  # rank 0, before any set-up
@@ -473,6 +497,7 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
     from hpcdgnn.train.collective import agree, collective_error
     from hpcdgnn.train.inference import open_trained, pass_steps
 
+    _new_pass()
     kept: dict = {}
     given = args.pairs is not None and not (isinstance(args.pairs, str) and not args.pairs)
     where = f"--pairs {args.pairs}" if isinstance(args.pairs, str) else "pairs"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcdgnn.__main__ import _STOP_GRACE_S
+from hpcdgnn.embed import read_embeddings
 from tests.conftest import REPO, make_dataset, mpi_env, run_launched, write_job
 
 pytestmark = pytest.mark.mpi
@@ -395,3 +397,54 @@ def test_an_exception_c_code_reports_and_ignores_does_not_end_the_job(launcher, 
     assert ranks[0][2].startswith("rank 0/2: exception ignored: Traceback"), ranks
     assert "RuntimeError: reported by C code, which goes on" in ranks[0][2] and ranks[1][2] == "", ranks
     assert out.is_file() and "embed: Z_t of " in ranks[0][1], ranks
+
+
+#: ``python -m hpcdgnn`` whose ranks HELD stop for 3 s right after ``hpcdgnn.embed.WHERE`` returns, each marking it by
+#: a file ``held.R`` in the directory MARK first: a stop signalled then comes in a moment the test chooses
+_HOLD = """
+import os, sys, time
+import hpcdgnn.embed as embed
+rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
+real = embed.WHERE
+def held(*args):
+    out = real(*args)
+    if int(rank) in HELD:
+        open(os.path.join(MARK, "held." + rank), "a").close()
+        time.sleep(3)
+    return out
+embed.WHERE = held
+from hpcdgnn.__main__ import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("P,where,held,who", [(2, "run_embed", (1,), "every rank"),
+                                              (3, "_into_place", (0,), "not rank 0")])
+def test_a_stop_after_embed_s_file_is_in_place_keeps_it_and_says_so(launcher, trained, tmp_path, P, where, held,
+                                                                     who):
+    """A stop signal once rank 0 had renamed the complete z.h5 into place (and ended its watch, or not yet): the
+    other ranks waited 10 s for a rank that had finished, called MPI_Abort (rank 0 killed: -15), and the line said
+    'nothing it was writing is left' beside the complete file. Now the finished rank told the others it finished,
+    the stop is called off (every main thread can complete), the line says the file is complete, every rank exits
+    0 at once."""
+    mark, out, signalled = tmp_path / "mark", tmp_path / "z.h5", []
+    mark.mkdir()
+
+    def signal_when_held(pids: list[int]) -> None:
+        deadline = time.monotonic() + 120
+        while len(list(mark.iterdir())) < len(held) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert out.is_file(), "embed never put its file in place"
+        signalled.append(time.monotonic())
+        for pid in {"every rank": pids, "not rank 0": pids[:0:-1]}[who]:
+            os.kill(pid, signal.SIGTERM)
+
+    program = ("-c", _HOLD.replace("WHERE", where).replace("HELD", repr(held)).replace("MARK", repr(str(mark))))
+    ranks = _each_rank(launcher, P, ["embed", trained, "--split", "all", "--output", out], tmp_path,
+                       signal_when_held, program)
+    took = time.monotonic() - signalled[0]
+    assert [r[0] for r in ranks] == [0] * P, ranks
+    lines = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert lines == [f"hpcdgnn: embed: SIGTERM came after {out} was written; the file is complete"], ranks
+    assert read_embeddings(out).steps.tolist() == list(range(6)) and not out.with_name("z.h5.tmp").exists()
+    assert took < _STOP_GRACE_S, took  # no rank waited out the grace for one that had finished
