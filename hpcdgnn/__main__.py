@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 import traceback
@@ -190,12 +191,14 @@ class _JobStop:
     then, and counts as told: it will not answer. Once every rank has told, the lowest rank that was signalled
     itself (rank 0 where it was) prints the line and tells the others ``("done", written)``. Output removed: each
     leaves with ``os._exit(130)`` — its main thread may be in a collective that never completes, so neither a
-    return nor ``MPI_Finalize`` is possible. Output in place: rank 0 got through its last collective before the
-    rename, so every main thread can complete; the stop is called off and each goes on to its ordinary exit (a
-    rank leaving without ``MPI_Finalize`` would make the launcher kill the others). Where a rank is not heard
-    within :data:`_STOP_GRACE_S` the line is printed as far as known and ``MPI_Abort(130)`` ends the job (not
-    where the output is in place: the stop is called off). Needs ``MPI_THREAD_MULTIPLE`` (:meth:`start` returns
-    None without it: the main thread's interrupt and abort then).
+    return nor ``MPI_Finalize`` is possible. Output in place: the stop took nothing from rank 0's main thread,
+    which goes on, so every collective left completes; the stop is called off and each rank goes on to its
+    ordinary exit (one leaving without ``MPI_Finalize`` would make the launcher kill the others). Where a rank is
+    not heard within :data:`_STOP_GRACE_S` the line is printed as far as known and ``MPI_Abort(130)`` ends the job
+    (not where the output is in place: the stop is called off); where that rank is rank 0, which could not remove
+    its temporary file, the speaking rank removes it if it sees it, or the line says where it may remain
+    (:func:`hpcdgnn.embed.left_by_rank_0`; rank 0 tells its node ``("node", name)`` when the watch starts). Needs
+    ``MPI_THREAD_MULTIPLE`` (:meth:`start` returns None without it: the main thread's interrupt and abort then).
     """
 
     def __init__(self, command: str, world) -> None:
@@ -205,6 +208,7 @@ class _JobStop:
         #: stopping: the thread ends the process (or calls the stop off); finished: the command's own end came
         #: first; written: the output was in place when the stop came, and the stop is called off
         self.stopping = self.finished = self.written = False
+        self.node = socket.gethostname()
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)  # the C handler must never block on a full pipe
         self.saved_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
@@ -271,6 +275,10 @@ class _JobStop:
         from mpi4py import MPI
 
         embed = sys.modules.get("hpcdgnn.embed")
+        # rank 0's node: where a stop's speaker may see rank 0's files (a rank 0 that never answers a stop)
+        node0 = self.node if self.rank == 0 else ""
+        if self.rank == 0:
+            MPI.Request.Waitall(self._send(("node", self.node)))
         heard: dict[int, tuple[int, bool]] = {}  # rank -> (signal, signalled itself), of the ranks stopping
         finished: set[int] = set()  # the ranks whose command ended first: they will not answer
         written: str | None = None  # the output rank 0 had put in place, as a rank's word says
@@ -288,6 +296,9 @@ class _JobStop:
             while self.world.Iprobe(source=MPI.ANY_SOURCE, tag=_STOP_TAG, status=status):
                 source = status.Get_source()
                 word = self.world.recv(source=source, tag=_STOP_TAG)
+                if word[0] == "node":
+                    node0 = word[1]
+                    continue
                 if word[0] == "done":
                     done = True
                 elif word[0] == "finished":
@@ -319,9 +330,16 @@ class _JobStop:
                     return self._leave(sent + self._send(("done", written), peers), written)
             elif time.monotonic() > deadline:
                 if own and own[0] == self.rank:
-                    self._say(mine[0], written)
+                    said, left = written, None
+                    if embed is not None and 0 not in everyone and 0 not in finished:  # its temporary is still there
+                        placed, left = embed.left_by_rank_0(None if node0 == self.node else node0)
+                        said = said or (None if placed is None else str(placed))
+                    self._say(mine[0], said, left)
                 if written is not None:  # every main thread can complete: no rank is left waiting
                     return self._leave(sent, written)
+                if own and own[0] == self.rank:  # the line is out: a rank whose thread runs late (the abort's
+                    # SIGTERM wakes it) leaves without another
+                    MPI.Request.Waitall(self._send(("done", None)))
                 self.world.Abort(EXIT_PASS_STOPPED)
 
     def _leave(self, sent: list, written: str | None) -> None:
@@ -335,12 +353,12 @@ class _JobStop:
         with self.lock:
             self.stopping, self.written = False, True
 
-    def _say(self, signum: int, written: str | None) -> None:
+    def _say(self, signum: int, written: str | None, left: str | None = None) -> None:
         with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
-            os.write(2, f"{_stop_line(self.command, signum, written)}\n".encode())
+            os.write(2, f"{_stop_line(self.command, signum, written, left)}\n".encode())
 
 
-def _stop_line(command: str, signum: int, written: str | None = None) -> str:
+def _stop_line(command: str, signum: int, written: str | None = None, left: str | None = None) -> str:
     """The line of a stop of embed or predict, for the job: nothing is left at ``--output``, or the signal came once
     ``written`` (that output) was complete, which stays. A relay's SIGUSR1 (hpcdgnn-mpirun's, a job script's) is
     named as what was sent, as run's lines name it.
@@ -349,13 +367,14 @@ def _stop_line(command: str, signum: int, written: str | None = None) -> str:
         command: embed or predict.
         signum: the signal.
         written: the output rank 0 had put in place before the stop, or None.
+        left: what may remain instead of nothing (a temporary file out of this rank's sight), or None.
     """
     from hpcdgnn.preemption import describe_signal
 
     name = describe_signal(signal.Signals(signum).name)
     if written is not None:
         return f"hpcdgnn: {command}: {name} came after {written} was written; the file is complete"
-    return f"hpcdgnn: {command}: stopped by {name}; nothing it was writing is left"
+    return f"hpcdgnn: {command}: stopped by {name}; {left or 'nothing it was writing is left'}"
 
 
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:

@@ -93,9 +93,9 @@ def _new_file(path: str, suffixes: dict[str, str], option: str = "--output") -> 
         raise ConfigError(f"{option} {path}: no directory {parent}")
     if not os.access(parent, os.W_OK):
         raise ConfigError(f"{option} {path}: the directory {parent} is not writable")
-    if p.with_name(p.name + ".tmp").exists():
-        raise ConfigError(f"{option} {path}: {p.name}.tmp exists (another embed or predict writing it?); remove it "
-                          "or give a new name")
+    if _temporary(p).exists():
+        raise ConfigError(f"{option} {path}: {_temporary(p)} exists: an embed or predict is writing it, or one that "
+                          "was stopped left it; remove it (once none writes it) or give a new name")
     return fmt
 
 
@@ -124,6 +124,12 @@ def read_embeddings(path: str | os.PathLike) -> EmbeddingFile:
         raise DataError(f"{path}: not an hpcdgnn embeddings file ({e})") from None
 
 
+def _temporary(path: str | os.PathLike) -> Path:
+    """The name rank 0 writes ``path`` under until it is complete."""
+    path = Path(path)
+    return path.with_name(path.name + ".tmp")
+
+
 #: the temporary files rank 0 is writing, and whether a stop of the job took them over (:func:`stop_writing`); the
 #: lock orders a temporary's creation and its rename into place against that stop, which comes from another thread
 _TEMPORARIES: set[Path] = set()
@@ -131,6 +137,8 @@ _STOP_LOCK = threading.Lock()
 _STOPPED: list[bool] = []
 #: the output renamed into place, complete: a stop that comes after it leaves it there, and its line says so
 _PLACED: list[Path] = []
+#: this pass's output (``--output``), which every rank was given and rank 0 writes
+_OUTPUT: list[Path] = []
 
 
 def stop_writing() -> Path | None:
@@ -151,11 +159,43 @@ def stop_writing() -> Path | None:
         return written()
 
 
-def _new_pass() -> None:
-    """Forget an earlier pass's file in place (a caller of the Python API, or of ``main`` in-process, runs several in
-    one process): :func:`written` is this pass's. A stop stays: it may have come before the pass began."""
+def _new_pass(output: str | None) -> None:
+    """Record this pass's ``output`` (None: the Python API's, no file), and forget an earlier pass's file in place
+    (a caller of the Python API, or of ``main`` in-process, runs several in one process): :func:`written` is this
+    pass's. A stop stays: it may have come before the pass began."""
     with _STOP_LOCK:
         _PLACED.clear()
+        _OUTPUT[:] = [] if output is None else [Path(output)]
+
+
+def left_by_rank_0(elsewhere: str | None) -> tuple[Path | None, str | None]:
+    """What a stop leaves of rank 0's output where rank 0 never answered it (its main thread held the GIL past the
+    grace, inside a write or close of a large HDF5 file, say: its own thread could not remove the temporary), as
+    this rank sees it; this rank removes the temporary where it sees one (on rank 0's node, or a file system the
+    nodes share), which would make the next embed to the same ``--output`` refuse.
+
+    Args:
+        elsewhere: rank 0's node where it is not this rank's (its files may be out of sight here), else None.
+
+    Returns:
+        The output where rank 0 had renamed it into place, complete (seen on its node), else None; and where the
+        temporary may remain, as the stop's line says it (None: nothing is left).
+    """
+    with _STOP_LOCK:
+        if not _OUTPUT:  # no pass under way here: rank 0 has not begun writing
+            return None, None
+        out = _OUTPUT[0]
+    tmp = _temporary(out)
+    try:
+        tmp.unlink()
+        return None, None
+    except FileNotFoundError:
+        if elsewhere is None:  # rank 0's node: none there, or renamed complete
+            return (out if out.exists() else None), None
+    except OSError:
+        pass
+    where = f" on {elsewhere}, rank 0's node" if elsewhere else ""
+    return None, f"{tmp} may remain{where}: remove it before writing {out} again"
 
 
 def written() -> Path | None:
@@ -210,7 +250,7 @@ class _Writer:
 
     def __init__(self, path: str | None, fmt: str | None, num_steps: int) -> None:
         self.path, self.fmt, self.num_steps = None if path is None else Path(path), fmt or "memory", num_steps
-        self.tmp = None if path is None else self.path.with_name(self.path.name + ".tmp")
+        self.tmp = None if path is None else _temporary(self.path)
         self.f, self.parts, self.k = None, [], 0
         self.result: EmbeddingFile | None = None
 
@@ -402,7 +442,7 @@ def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
     from hpcdgnn.train.collective import agree
     from hpcdgnn.train.inference import open_trained, pass_steps
 
-    _new_pass()
+    _new_pass(args.output)
     kept: dict = {}
 
     def before(job) -> None:  # rank 0, before any set-up
@@ -497,7 +537,7 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
     from hpcdgnn.train.collective import agree, collective_error
     from hpcdgnn.train.inference import open_trained, pass_steps
 
-    _new_pass()
+    _new_pass(args.output)
     kept: dict = {}
     given = args.pairs is not None and not (isinstance(args.pairs, str) and not args.pairs)
     where = f"--pairs {args.pairs}" if isinstance(args.pairs, str) else "pairs"
@@ -598,7 +638,7 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
 
 def _write_scores(path: str, pairs: np.ndarray, scores: np.ndarray) -> None:
     """``u,v,t,score`` rows, written under a temporary name and renamed when complete."""
-    tmp = Path(path + ".tmp")
+    tmp = _temporary(path)
     with _or_removed(path, lambda: tmp.unlink(missing_ok=True)):
         with _created(tmp, lambda: open(tmp, "w")) as f:
             f.write("u,v,t,score\n")

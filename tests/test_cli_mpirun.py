@@ -448,3 +448,49 @@ def test_a_stop_after_embed_s_file_is_in_place_keeps_it_and_says_so(launcher, tr
     assert lines == [f"hpcdgnn: embed: SIGTERM came after {out} was written; the file is complete"], ranks
     assert read_embeddings(out).steps.tolist() == list(range(6)) and not out.with_name("z.h5.tmp").exists()
     assert took < _STOP_GRACE_S, took  # no rank waited out the grace for one that had finished
+
+
+#: ``python -m hpcdgnn`` whose rank 0, once its file holds two steps, writes the third inside C code that keeps the
+#: GIL for 14 s (HDF5 writing or closing a large file does), marking it by a file ``held`` in MARK; each rank's
+#: process id in ``pid.R`` there: its watch thread cannot run within the stop's grace
+_GIL_HELD = """
+import ctypes, os, sys
+import hpcdgnn.embed as embed
+rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
+open(os.path.join(MARK, "pid." + rank), "w").write(str(os.getpid()))
+add = embed._Writer.add
+def holding(self, z, computed):
+    if self.k == 2:
+        open(os.path.join(MARK, "held"), "a").close()
+        ctypes.PyDLL(None).sleep(14)
+    add(self, z, computed)
+embed._Writer.add = holding
+from hpcdgnn.__main__ import main
+sys.exit(main())
+"""
+
+
+def test_a_stop_while_rank_0_holds_the_gil_leaves_no_temporary(launcher, trained, tmp_path):
+    """embed on 2 ranks, rank 1 signalled while rank 0's main thread holds the GIL (inside a write) past the
+    grace: rank 1 aborted the job after 10 s and z.h5.tmp stayed, which the next embed to z.h5 refuses (while
+    the line said nothing was left). Now rank 1, which sees rank 0's node's files, removes it; the line is true."""
+    mark, out = tmp_path / "mark", tmp_path / "z.h5"
+    mark.mkdir()
+    cmd = launcher.command(2, ["-c", _GIL_HELD.replace("MARK", repr(str(mark))), "embed", str(trained), "--split",
+                               "all", "--output", str(out)])
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
+                          start_new_session=True) as proc:
+        try:
+            deadline = time.monotonic() + 120
+            while not (mark / "held").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert out.with_name("z.h5.tmp").exists(), "rank 0 never began writing"
+            os.kill(int((mark / "pid.1").read_text()), signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert [ln for ln in err.splitlines() if ln.startswith("hpcdgnn")] == [
+        "hpcdgnn: embed: stopped by SIGTERM; nothing it was writing is left"], err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == [], list(tmp_path.iterdir())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 
 import numpy as np
@@ -259,3 +260,27 @@ def test_the_predict_command_keeps_the_scores_on_rank_0(tmp_path, small_dataset,
     scores = hpcdgnn.load_run(run).predict(pairs=pairs)
     assert ((3,), torch.float64) in sent, sent  # what the API returns on every rank
     np.testing.assert_array_equal(scores, written)
+
+
+def test_a_stop_s_speaker_removes_or_names_rank_0_s_temporary(tmp_path):
+    """Where rank 0 never answered a stop (its main thread held the GIL), its temporary file stayed and the next
+    embed to the same --output refused; the rank that speaks for the stop removes it where it sees it, keeps a file
+    rank 0 renamed complete, and else names where the temporary may remain. The next embed's refusal names it."""
+    from hpcdgnn.embed import _new_file, _new_pass, _temporary, left_by_rank_0
+    from hpcdgnn.errors import ConfigError
+
+    out = tmp_path / "z.h5"
+    tmp = _temporary(out)
+    _new_pass(None)
+    assert left_by_rank_0(None) == (None, None)  # no pass here: nothing to look for
+    _new_pass(str(out))
+    tmp.write_text("rank 0's")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp} exists: an embed or predict is writing it, or one "
+                                                    "that was stopped left it; remove it")):
+        _new_file(str(out), {".h5": "hdf5"})
+    assert left_by_rank_0("node7") == (None, None) and not tmp.exists()  # a file system the nodes share
+    assert left_by_rank_0(None) == (None, None)  # rank 0's node: none there
+    assert left_by_rank_0("node7") == (None, f"{tmp} may remain on node7, rank 0's node: remove it before writing "
+                                             f"{out} again")
+    out.write_text("complete")
+    assert left_by_rank_0(None) == (out, None)  # renamed into place while the stop waited
