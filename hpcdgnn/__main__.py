@@ -68,7 +68,10 @@ def _env_switches() -> list[str]:
 
 
 def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+    """Unwind the main thread like Ctrl-C, the signal kept for the stop's line (embed, predict on one rank)."""
+    from hpcdgnn.preemption import Stopped
+
+    raise Stopped(signum)
 
 
 #: the commands that run on every rank of an MPI job, with signal handling of their own (:func:`_spmd`)
@@ -468,13 +471,20 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         comm.close()
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if preemptible:
             raise
-        # one process, an in-process caller or an MPI without MPI_THREAD_MULTIPLE (else _JobStop ends it): a rank
-        # the signal did not reach is ended by the abort
-        return _rank_error(comm.rank, comm.size, comm.abort, f"{command[0]}: stopped by a signal; no partial "
-                           "output is left", EXIT_PASS_STOPPED)
+        # one process, an in-process caller or an MPI without MPI_THREAD_MULTIPLE (else _JobStop ends it): the
+        # line _JobStop prints for a job; a rank the signal did not reach is ended by the abort. The unwinding
+        # removed what was being written, but not a file already renamed into place: complete, it stays, and one
+        # process has done its work
+        embed = sys.modules.get("hpcdgnn.embed")
+        placed = embed.written() if embed is not None else None
+        line = _stop_line(command[0], getattr(e, "signum", 0) or signal.SIGINT, placed and str(placed))
+        print(f"[rank {comm.rank}] {line}" if comm.size > 1 else line, file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(EXIT_PASS_STOPPED)
+        return EXIT_PASS_STOPPED if placed is None else 0
     except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
             if comm.rank == 0 and isinstance(e, SetUpStopped):  # no error: the run's pre-emption line, as the others

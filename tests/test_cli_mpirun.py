@@ -494,3 +494,33 @@ def test_a_stop_while_rank_0_holds_the_gil_leaves_no_temporary(launcher, trained
     assert [ln for ln in err.splitlines() if ln.startswith("hpcdgnn")] == [
         "hpcdgnn: embed: stopped by SIGTERM; nothing it was writing is left"], err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == [], list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("moment", ["writing", "written"])
+def test_a_stop_of_embed_on_one_rank_says_what_several_ranks_say(launcher, trained, tmp_path, moment):
+    """embed on one rank stopped by SIGTERM said 'hpcdgnn: error: embed: stopped by a signal; no partial output is
+    left' where several ranks say 'hpcdgnn: embed: stopped by SIGTERM; nothing it was writing is left' — and said
+    it, exit 130, after z.h5 had been renamed into place complete. Now the same lines as several ranks: the signal
+    named, nothing left (130), or the complete file kept and said so (0)."""
+    mark, out = tmp_path / "mark", tmp_path / "z.h5"
+    mark.mkdir()
+    if moment == "writing":
+        program = _SLOW_GATHER.replace("MARK", repr(str(mark)))
+        ready = out.with_name("z.h5.tmp")
+    else:
+        program = _HOLD.replace("WHERE", "_into_place").replace("HELD", "(0,)").replace("MARK", repr(str(mark)))
+        ready = mark / "held.0"
+
+    def signal_when_ready(pids: list[int]) -> None:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), "embed finished, or never wrote"
+        os.kill(pids[0], signal.SIGTERM)
+
+    ranks = _each_rank(launcher, 1, ["embed", trained, "--split", "all", "--output", out], tmp_path,
+                       signal_when_ready, ("-c", program))
+    code, said, kept = ((130, "stopped by SIGTERM; nothing it was writing is left", []) if moment == "writing" else
+                        (0, f"SIGTERM came after {out} was written; the file is complete", ["z.h5"]))
+    assert ranks[0][0] == code and ranks[0][2].splitlines() == [f"hpcdgnn: embed: {said}"], ranks
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == kept, list(tmp_path.iterdir())
