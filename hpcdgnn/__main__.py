@@ -356,7 +356,7 @@ class _JobStop:
         with self.lock:
             self.stopping, self.written = False, True
 
-    def _say(self, signum: int, written: str | None, left: str | None = None) -> None:
+    def _say(self, signum: int, written: str | None = None, left: str | None = None) -> None:
         with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
             os.write(2, f"{_stop_line(self.command, signum, written, left)}\n".encode())
 
