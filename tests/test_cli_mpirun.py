@@ -451,10 +451,11 @@ def test_a_stop_after_embed_s_file_is_in_place_keeps_it_and_says_so(launcher, tr
 
 
 #: ``python -m hpcdgnn`` whose rank 0, once its file holds two steps, writes the third inside C code that keeps the
-#: GIL for 14 s (HDF5 writing or closing a large file does), marking it by a file ``held`` in MARK; each rank's
-#: process id in ``pid.R`` there: its watch thread cannot run within the stop's grace
+#: GIL for 14 s and that no signal interrupts (HDF5 compressing or writing a large file), marking it by a file
+#: ``held`` in MARK; each rank's process id in ``pid.R`` there: its watch thread cannot run within the stop's grace,
+#: nor before the abort's kill
 _GIL_HELD = """
-import ctypes, os, sys
+import ctypes, os, signal, sys
 import hpcdgnn.embed as embed
 rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
 open(os.path.join(MARK, "pid." + rank), "w").write(str(os.getpid()))
@@ -462,6 +463,7 @@ add = embed._Writer.add
 def holding(self, z, computed):
     if self.k == 2:
         open(os.path.join(MARK, "held"), "a").close()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1})
         ctypes.PyDLL(None).sleep(14)
     add(self, z, computed)
 embed._Writer.add = holding
