@@ -68,7 +68,8 @@ def _env_switches() -> list[str]:
 
 
 def _interrupt(signum, frame) -> None:
-    """Unwind the main thread like Ctrl-C, the signal kept for the stop's line (embed, predict on one rank)."""
+    """Unwind the main thread like Ctrl-C, the signal kept for the stop's line: embed and predict on one rank, or
+    on several once the stop's watch ended (:meth:`_JobStop.finish`)."""
     from hpcdgnn.preemption import Stopped
 
     raise Stopped(signum)
@@ -404,7 +405,8 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
     ``MPI_Abort`` (the others may wait in a collective); a crash prints ``rank R/P: <traceback>`` and aborts.
     ``preemptible`` (``run``): a first SIGTERM/SIGINT asks for a checkpoint, a second stops at once; otherwise
     (``embed``, ``predict``) the first stops: what was being written is removed, exit 130 — on several ranks of
-    a command line through :class:`_JobStop` (one line for the job, every rank 130).
+    a command line through :class:`_JobStop` (one line for the job, every rank 130); where the output was in
+    place already it stays, the line says so, exit 0.
     """
     from hpcdgnn import preemption
 
