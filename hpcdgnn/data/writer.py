@@ -11,8 +11,8 @@ snapshot t (order specified in docs/data.md):
 4. write A_t, X_t, activity, labels, targets (never smoothed) and, when smoothing
    changed A_t, the raw edges as link-prediction targets.
 
-The directory is written under a temporary name and renamed at the end, so an
-interrupted run never leaves a dataset that looks valid.
+The directory is written under a temporary name, synced and renamed at the end, so neither an
+interrupted run nor a node's crash leaves a dataset that looks valid with files missing, empty or short.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
+from hpcdgnn.atomic import sync_directory
 from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
@@ -240,7 +242,10 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
         check_room(root, nbytes)
     root = Path(root)
     try:
+        made = [d for d in (root.parent, *root.parent.parents) if not d.exists()]
         root.parent.mkdir(parents=True, exist_ok=True)
+        for d in made:  # a directory made here is on disk only once its parent is: else a crash takes the dataset
+            sync_directory(d.parent)
         # a stop signal (SIGTERM, Ctrl-C) waits until the directory is on the list :func:`remove_temporaries`
         # clears: arriving between its creation and the caller's cleanup it would leave it behind
         stops = {signal.SIGINT, signal.SIGTERM}
@@ -285,9 +290,14 @@ def check_room(output: str | Path, nbytes: int, name: str | None = None, what: s
 def disk_full(root: str | Path, e: BaseException) -> DataError | None:
     """A write that failed for want of room (ENOSPC, EDQUOT) as one line for ``root``, else None."""
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DataError(f"{root}: cannot write the dataset: {os.strerror(e.errno)} (nothing was kept; an "
-                         "earlier dataset there is untouched)")
+        return _not_written(root, os.strerror(e.errno))
     return None
+
+
+def _not_written(root: str | Path, why: str) -> DataError:
+    """The one line for a dataset at ``root`` that could not be written, for the reason ``why``."""
+    return DataError(f"{root}: cannot write the dataset: {why} (nothing was kept; an earlier dataset there is "
+                     "untouched)")
 
 
 def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None:
@@ -299,11 +309,61 @@ def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None
         f.create_dataset("original_id", data=ids)
 
 
+#: files synced at once: a journal commits concurrent ``fsync`` calls together (ext4, XFS) and a network file
+#: system overlaps their round trips, where one at a time each would wait for a commit of its own
+_SYNC_THREADS = 16
+
+
+def _sync_file(path: str) -> None:
+    """``fsync`` the file ``path`` (written and closed: h5py's file has no descriptor to sync)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(tmp: Path) -> None:
+    """``fsync`` every file under ``tmp``, then each directory (``shards/`` before ``tmp``).
+
+    The rename of ``tmp`` can reach the disk before the files' data and before their names: after a node's crash
+    the dataset would be in place with shards empty, short or gone, and its manifest vouching for them. Once, after
+    every file is written and closed, not as each shard closes: the kernel writes the shards back meanwhile, and
+    the writer never waits on the disk between two snapshots.
+
+    Args:
+        tmp: the finished dataset directory, not yet renamed.
+
+    Raises:
+        OSError: a file could not be synced (a full disk or quota that NFS reports only here, an I/O error).
+    """
+    tree = list(os.walk(tmp, topdown=False))
+    files = [os.path.join(directory, name) for directory, _, names in tree for name in names]
+    with ThreadPoolExecutor(max(1, min(_SYNC_THREADS, len(files)))) as pool:
+        list(pool.map(_sync_file, files))  # the first failure raised, once every sync has ended
+    for directory, _, _ in tree:
+        sync_directory(directory)
+
+
 def replace_dir(tmp: Path, root: Path, force: bool) -> None:
-    """Move the finished ``tmp`` into place as ``root``, removing an empty dir (or, with ``force``, an earlier dataset).
+    """Sync the finished ``tmp`` (:func:`_sync_tree`) and move it into place as ``root``, removing an empty dir (or,
+    with ``force``, an earlier dataset); then sync ``root``'s parent, where the rename is on disk only once it is.
 
     Without ``force`` a non-empty ``root`` is another prepare's finished output, not ours to delete.
+
+    Args:
+        tmp: the finished dataset directory (:func:`prepare_output_dir`'s).
+        root: the output it becomes.
+        force: replace an earlier dataset at ``root``.
+
+    Raises:
+        DataError: a file could not be synced (a full disk or quota that NFS reports only then, an I/O error;
+            nothing moved), or the rename failed (another dataset put there meanwhile).
     """
+    try:
+        _sync_tree(tmp)
+    except OSError as e:
+        raise _not_written(root, e.strerror or str(e)) from None
     try:
         if root.is_dir():
             shutil.rmtree(root) if force else root.rmdir()
@@ -315,6 +375,7 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
                             "discarded)") from None
         raise DataError(f"{root}: another dataset was written there while this one was (two prepares into one "
                         "--output?); it is kept, and this one discarded") from None
+    sync_directory(root.parent)
 
 
 def _first_of_run(sorted_keys: np.ndarray) -> np.ndarray:
