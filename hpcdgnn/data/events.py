@@ -355,7 +355,8 @@ def load_event_manifest(root: str | Path) -> EventManifest:
 
 
 def save_event_manifest(root: str | Path, manifest: EventManifest) -> Path:
-    """Write ``root/manifest.json`` atomically (temporary file, then rename)."""
+    """Write ``root/manifest.json`` atomically and durably (:func:`write_manifest_json`: a synced temporary renamed
+    into place, then ``root`` synced), as :func:`~hpcdgnn.data.manifest.save_manifest` does a snapshot dataset's."""
     return write_manifest_json(root, manifest.to_json())
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hpcdgnn.__main__ import main
-from hpcdgnn.data.events import write_events
+from hpcdgnn.data.events import load_event_manifest, save_event_manifest, write_events
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.errors import DataError
 from tests.conftest import make_dataset
@@ -71,6 +71,16 @@ def test_every_file_of_an_event_dataset_is_synced_before_its_rename(tmp_path, mo
     log = _sync_log(monkeypatch)
     _events(tmp_path / "ev")
     assert (tmp_path / "ev" / "eval_negatives.h5").is_file() and _unsynced(log, tmp_path / "ev") == []
+
+
+def test_an_event_manifest_is_rewritten_through_a_synced_temporary(tmp_path, monkeypatch):
+    _events(tmp_path / "ev")
+    m = load_event_manifest(tmp_path / "ev")
+    log = SyncLog(monkeypatch)
+    save_event_manifest(tmp_path / "ev", m)
+    assert log.durable(tmp_path / "ev" / "manifest.json") == "" and load_event_manifest(tmp_path / "ev") == m
+    assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == ["eval_negatives.h5", "manifest.json", "shards",
+                                                                    "vertices.h5"]
 
 
 def test_directories_made_for_the_output_are_synced_in_their_parents(tmp_path, monkeypatch):
