@@ -38,6 +38,7 @@ from hpcdgnn.data.writer import (
     EVAL_NEGATIVES_FILE,
     disk_full,
     file_sha256,
+    named_on_failure,
     prepare_output_dir,
     removed_on_error,
     replace_dir,
@@ -797,7 +798,8 @@ def write_events(
             manifest = replace(draft, time_range=(float(t[0]), float(t[-1])), split=ranges, shards=shards,
                                source=dict(source or {}), time_gap=median_time_gap(t[: ranges["train"][1]]),
                                eval_negatives=negatives)
-            save_event_manifest(tmp, manifest)
+            with named_on_failure(root):
+                save_event_manifest(tmp, manifest)
             replace_dir(tmp, root, force)
             return manifest
         except BaseException as exc:  # the directory: removed_on_error's

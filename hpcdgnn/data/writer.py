@@ -51,6 +51,7 @@ __all__ = [
     "check_output",
     "prepare_output_dir",
     "write_vertex_ids",
+    "named_on_failure",
     "replace_dir",
     "file_sha256",
     "shard_file_problem",
@@ -300,6 +301,20 @@ def _not_written(root: str | Path, why: str) -> DataError:
                      "untouched)")
 
 
+@contextmanager
+def named_on_failure(root: str | Path) -> Iterator[None]:
+    """Turn an ``OSError`` of the block (the manifest's write, the files' syncs: a full disk, an I/O error that NFS
+    reports only at a sync) into the one line naming the output ``root``.
+
+    Args:
+        root: the output the dataset becomes.
+    """
+    try:
+        yield
+    except OSError as e:
+        raise _not_written(root, e.strerror or str(e)) from None
+
+
 def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None:
     """Write ``tmp/vertices.h5``: ``/original_id``, the input's id of each vertex 0..N-1 (None: 0..N-1)."""
     with h5py.File(tmp / "vertices.h5", "w") as f:
@@ -360,10 +375,8 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         DataError: a file could not be synced (a full disk or quota that NFS reports only then, an I/O error;
             nothing moved), or the rename failed (another dataset put there meanwhile).
     """
-    try:
+    with named_on_failure(root):
         _sync_tree(tmp)
-    except OSError as e:
-        raise _not_written(root, e.strerror or str(e)) from None
     try:
         if root.is_dir():
             shutil.rmtree(root) if force else root.rmdir()
@@ -720,7 +733,8 @@ def write_dataset(
                 raise DataError(f"{root}: the input produced no snapshots")
             write_vertex_ids(tmp, vertex_ids, n)
             manifest = writer.manifest(source)
-            save_manifest(tmp, manifest)
+            with named_on_failure(root):
+                save_manifest(tmp, manifest)
             replace_dir(tmp, root, force)
             return manifest
         except BaseException as e:

@@ -129,3 +129,25 @@ def test_prepare_exits_2_in_one_line_when_a_sync_fails(tmp_path, monkeypatch, ca
     assert lines == [f"hpcdgnn: error: {tmp_path / 'out'}: cannot write the dataset: Input/output error (nothing "
                      "was kept; an earlier dataset there is untouched)"], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.txt"]
+
+
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_failed_manifest_write_is_one_line(tmp_path, monkeypatch, capsys, kind):
+    """An I/O error syncing manifest.json (what NFS reports of a write the server lost) was a traceback: now the
+    output's one line, exit 2, nothing kept."""
+    raw = tmp_path / "e.txt"
+    raw.write_text("".join(f"{i % 5} {(i + 1) % 5} {i}\n" for i in range(40)))
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if ".manifest.json.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    out = tmp_path / "out"
+    assert main(["prepare", str(raw), "--format", "snap", "--kind", kind, "--output", str(out)]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert lines == [f"hpcdgnn: error: {out}: cannot write the dataset: Input/output error (nothing was kept; an "
+                     "earlier dataset there is untouched)"], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.txt"]
