@@ -311,7 +311,7 @@ class SequencesOptions(StrategyConfig):
     reuse: Literal["on", "off"] = "on"
     """R3 (§3.1, §3.3): samples read the first layer's Ã_t·X_t from a shared reuse cache (``on``). Same losses.
     The cache serves a full input layer: with the last entry of ``fanouts`` above 0 it holds nothing, and
-    ``cache_mb``, ``cache_policy``, ``incremental`` and its threshold are refused."""
+    ``cache_mb``, ``cache_policy`` and ``incremental_threshold`` are refused."""
     cache_mb: float = 256.0
     """With ``reuse: on``: cache bound, MiB per rank; at least one snapshot's Ã_t·X_t (N × F; N × K·F Chebyshev)."""
     cache_policy: Literal["priority", "lru"] = "priority"
@@ -334,14 +334,15 @@ class SequencesOptions(StrategyConfig):
             raise ValueError("incremental_threshold: must be >= 0 (a fraction of a snapshot's entries)")
         if self.fanouts and self.fanouts[-1]:
             # R2 and R3 serve layer 0's Ã_t·X_t over full neighbourhoods (sequences.sampling_of's reads_ax): with
-            # the input layer sampled (fanouts' last entry: nearest the batch first) no sample reads the cache
-            for name in _set_away(self, ("cache_mb", "cache_policy", "incremental", "incremental_threshold")):
+            # the input layer sampled (fanouts' last entry: nearest the batch first) no sample reads the cache.
+            # ``incremental`` and ``reuse`` themselves stay free: a technique switched off is what an A/B by --set
+            # flips, and off where it cannot act is still true
+            for name in _set_away(self, ("cache_mb", "cache_policy", "incremental_threshold")):
                 raise ValueError(f"{name}: does nothing with fanouts {list(self.fanouts)}: the reuse cache and the "
                                  "incremental aggregation (R2, R3) serve the input layer over all its neighbours, and "
                                  f"the last entry samples {self.fanouts[-1]} there; remove it, or end fanouts with 0")
-        _only_with(self, ("cache_mb", "cache_policy", "incremental"), self.reuse == "on", "reuse: on")
-        _only_with(self, ("incremental_threshold",), self.incremental == "on" and self.reuse == "on",
-                   "incremental: on and reuse: on")
+        _only_with(self, ("cache_mb", "cache_policy"), self.reuse == "on", "reuse: on")
+        _only_with(self, ("incremental_threshold",), self.incremental == "on", "incremental: on")
 
 
 @dataclass(frozen=True, kw_only=True)
