@@ -69,10 +69,12 @@ def _env_switches() -> list[str]:
 
 def _interrupt(signum, frame) -> None:
     """Unwind the main thread like Ctrl-C, the signal kept for the stop's line: embed and predict on one rank, or
-    on several once the stop's watch ended (:meth:`_JobStop.finish`)."""
-    from hpcdgnn.preemption import Stopped
+    on several once the stop's watch ended (:meth:`_JobStop.finish`). Recorded too (:func:`preemption.stop`): an
+    exception raised inside a weakref callback or a ``__del__`` is printed and dropped, and the pass would go on
+    to exit 0; the writes' safe points and the command's end raise it again (:func:`preemption.check_stop`)."""
+    from hpcdgnn import preemption
 
-    raise Stopped(signum)
+    preemption.stop(signum, frame)
 
 
 #: the commands that run on every rank of an MPI job, with signal handling of their own (:func:`_spmd`)
@@ -458,6 +460,7 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
                 if differ:
                     raise collective_error(ConfigError(differ))
             code = body(comm)
+            preemption.check_stop()  # a stop whose exception was dropped after the pass's last safe point
         except BaseException:
             if watch is not None and watch.stopping:  # the stop's thread ends the process, with its one line
                 watch.wait()
@@ -480,6 +483,7 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         # line _JobStop prints for a job; a rank the signal did not reach is ended by the abort. The unwinding
         # removed what was being written, but not a file already renamed into place: complete, it stays, and one
         # process has done its work
+        preemption.forget_stop()  # an in-process caller goes on
         embed = sys.modules.get("hpcdgnn.embed")
         placed = embed.written() if embed is not None else None
         line = _stop_line(command[0], getattr(e, "signum", 0) or signal.SIGINT, placed and str(placed))

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from hpcdgnn import preemption
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics.results import json_safe
 
@@ -217,7 +218,9 @@ def _created(tmp: Path, create: Callable[[], T]) -> T:
 
 
 def _into_place(tmp: Path, path: Path) -> None:
-    """``os.replace(tmp, path)``, unless a stop removed ``tmp`` meanwhile (:func:`_created`)."""
+    """``os.replace(tmp, path)``, unless a stop removed ``tmp`` meanwhile (:func:`_created`) or one process's stop
+    was dropped by a callback (:func:`preemption.check_stop`: the file is not put in place, and goes)."""
+    preemption.check_stop()
     with _STOP_LOCK:
         if _STOPPED:
             from hpcdgnn.preemption import Stopped
@@ -336,6 +339,7 @@ def _write_steps(tr, recorder, steps: list[int], writer: _Writer | None, transfo
     failed = None
     try:
         for t in steps:
+            preemption.check_stop()  # one process: a stop whose exception a callback dropped stops here
             got = gather_step(recorder, tr.comm, t)
             if writer is not None and failed is None:
                 z, computed = got

@@ -498,6 +498,38 @@ def test_a_stop_while_rank_0_holds_the_gil_leaves_no_temporary(launcher, trained
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == [], list(tmp_path.iterdir())
 
 
+#: ``python -m hpcdgnn`` whose first gathered step drops a SIGTERM's exception: the handler runs inside a
+#: ``__del__`` (as inside a weakref callback of the interpreter's), where Python prints the exception and goes on
+_DROPPED = """
+import signal, sys
+import hpcdgnn.train.inference as inference
+gather = inference.gather_step
+class Dropping:
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+def dropping(recorder, comm, t):
+    if not getattr(dropping, "done", False):
+        dropping.done = True
+        Dropping()
+    return gather(recorder, comm, t)
+inference.gather_step = dropping
+from hpcdgnn.__main__ import main
+sys.exit(main())
+"""
+
+
+def test_a_stop_whose_exception_was_dropped_still_stops_one_rank_s_embed(launcher, trained, tmp_path):
+    """embed on one rank: a SIGTERM whose exception Python dropped (the handler ran inside a callback) was lost,
+    the pass went on and wrote z.h5, exit 0 after an 'Exception ignored' traceback. Now the signal is recorded
+    and the next step's safe point stops the pass: the stop's line, exit 130, nothing at --output."""
+    out = tmp_path / "z.h5"
+    ranks = _each_rank(launcher, 1, ["embed", trained, "--split", "all", "--output", out], tmp_path,
+                       program=("-c", _DROPPED))
+    lines = [ln for ln in ranks[0][2].splitlines() if ln.startswith("hpcdgnn: ")]
+    assert ranks[0][0] == 130 and lines == ["hpcdgnn: embed: stopped by SIGTERM; nothing it was writing is left"], ranks
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == [], list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("moment", ["writing", "written"])
 def test_a_stop_of_embed_on_one_rank_says_what_several_ranks_say(launcher, trained, tmp_path, moment):
     """embed on one rank stopped by SIGTERM said 'hpcdgnn: error: embed: stopped by a signal; no partial output is
