@@ -236,6 +236,32 @@ def removed_on_error() -> Iterator[None]:
         raise
 
 
+#: the signals that stop prepare and generate: SIGTERM (``scancel``), Ctrl-C, hpcdgnn-mpirun's SIGUSR1
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+@contextmanager
+def _stops_held() -> Iterator[None]:
+    """Hold a stop signal back until the block ends, then deliver it (its own handler runs): steps that must not be
+    parted by the stop's unwinding. The handlers are swapped, not the signal mask: a signal sent to the process
+    goes to any thread that does not block it (numpy's BLAS threads), and Python then runs the handler in the main
+    thread all the same. Elsewhere than in the main thread (which alone runs handlers, and may swap them) nothing
+    is held."""
+    came: list[int] = []
+    saved: dict[int, Any] = {}
+    try:
+        if threading.current_thread() is threading.main_thread():
+            for sig in _STOP_SIGNALS:
+                if signal.getsignal(sig) is not None:  # None: set outside Python, which could not be put back
+                    saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
     """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it."""
     check_output(root, force)
@@ -247,19 +273,13 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
         root.parent.mkdir(parents=True, exist_ok=True)
         for d in made:  # a directory made here is on disk only once its parent is: else a crash takes the dataset
             sync_directory(d.parent)
-        # a stop signal (SIGTERM, Ctrl-C) waits until the directory is on the list :func:`remove_temporaries`
-        # clears: arriving between its creation and the caller's cleanup it would leave it behind
-        stops = {signal.SIGINT, signal.SIGTERM}
-        held = threading.current_thread() is threading.main_thread()
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops) if held else None
-        try:
+        # a stop signal waits until the directory is on the list :func:`remove_temporaries` clears: arriving
+        # between its creation and the caller's cleanup it would leave it behind
+        with _stops_held():
             # mkdtemp, not the pid: two nodes on a shared file system may share a pid
             tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
             _TEMPORARIES.add(tmp)
             umask_mode(tmp)  # not mkdtemp's 0700: the dataset is the user's group's to read
-        finally:
-            if held:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         (tmp / "shards").mkdir()
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {cannot_create(root.parent) or e.strerror or e}") \

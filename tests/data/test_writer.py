@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import tempfile
+import time
 from pathlib import Path
 
 import h5py
@@ -206,6 +209,43 @@ def test_errors_leave_nothing_behind(tmp_path):
         write_dataset(root, _raw(), num_vertices=N, edge_life=2, mtransform_window=2)
     with pytest.raises(DataError, match="no snapshots"):
         write_dataset(root, iter([]), num_vertices=N)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def sigterm_unwinds():
+    """SIGTERM raises KeyboardInterrupt in the main thread, as the commands' handler unwinds; put back after. A
+    second thread runs meanwhile, as numpy's BLAS threads do in a command: one the signal can be delivered to."""
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    done = threading.Event()
+    beside = threading.Thread(target=done.wait)
+    beside.start()
+    previous = signal.signal(signal.SIGTERM, stop)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+    done.set()
+    beside.join()
+
+
+def test_a_stop_signal_waits_until_the_hidden_directory_is_listed(tmp_path, monkeypatch, sigterm_unwinds):
+    """SIGTERM sent as the hidden ``.d.tmp-*`` directory is made waits until it is on the list the unwinding
+    clears. A signal mask held it back in the main thread only: numpy's threads took the signal, Python ran the
+    handler in the main thread at once, and the directory stayed."""
+    mkdtemp = tempfile.mkdtemp
+
+    def signalled(*args, **kwargs):
+        made = mkdtemp(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the signal delivered, by whichever thread
+        return made
+
+    monkeypatch.setattr(tempfile, "mkdtemp", signalled)
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(tmp_path / "d", _raw(), num_vertices=N)
     assert list(tmp_path.iterdir()) == []
 
 
