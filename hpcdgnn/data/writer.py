@@ -22,6 +22,7 @@ import errno
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import tempfile
@@ -29,7 +30,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -141,16 +142,29 @@ EVAL_NEGATIVES_FILE = "eval_negatives.h5"
 DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5", EVAL_NEGATIVES_FILE})
 
 
-def _force_refusal(root: Path) -> str | None:
-    """Why ``--force`` must not replace ``root`` (anything but an earlier dataset), or None."""
-    if not root.is_dir():
-        return "is a file, not a dataset directory; --force replaces only a dataset directory"
+def _not_a_dataset(root: Path, manifest: bool = True) -> list[str]:
+    """What in the directory ``root`` is no dataset's own: names beside :data:`DATASET_ENTRIES`, anything in
+    ``shards/`` but shard files, and (``manifest``) a missing ``manifest.json``; empty for a dataset.
+
+    Args:
+        root: an existing directory.
+        manifest: count a missing ``manifest.json``; False for a dataset being removed, which may have lost it.
+    """
     names = {p.name for p in root.iterdir()}
-    other = sorted(names - DATASET_ENTRIES) or ([] if "manifest.json" in names else ["no manifest.json"])
+    other = sorted(names - DATASET_ENTRIES) or (["no manifest.json"] if manifest and "manifest.json" not in names
+                                                else [])
     shards = root / "shards"
     if not other and shards.exists():  # a run directory or notes put under shards/ would go with it
         other = [f"shards/{p.name}" for p in sorted(shards.iterdir()) if not p.is_file() or p.is_symlink()
                  or not _SHARD_FILE.fullmatch(p.name)] if shards.is_dir() else ["shards (a file)"]
+    return other
+
+
+def _force_refusal(root: Path) -> str | None:
+    """Why ``--force`` must not replace ``root`` (anything but an earlier dataset), or None."""
+    if not root.is_dir():
+        return "is a file, not a dataset directory; --force replaces only a dataset directory"
+    other = _not_a_dataset(root)
     if other:
         return (f"is not a dataset directory ({', '.join(other[:3])}{' …' if len(other) > 3 else ''}); "
                 "--force replaces only an earlier dataset: remove it yourself or choose another --output")
@@ -380,10 +394,58 @@ def _sync_tree(tmp: Path) -> None:
         sync_directory(directory)
 
 
+#: the hidden name an earlier dataset has beside its output while ``--force`` replaces it (:func:`replace_dir`):
+#: ``.NAME.old-`` and 8 hexadecimal digits
+_ASIDE = ".{}.old-"
+_ASIDE_TAIL = re.compile(r"[0-9a-f]{8}")
+
+
+def _set_aside(root: Path) -> Path | None:
+    """Rename the earlier dataset ``root`` to a hidden name beside it (:data:`_ASIDE`); return that name, or None
+    where nothing is at ``root``.
+
+    Raises:
+        DataError: the rename failed (the earlier dataset untouched).
+    """
+    aside = root.parent / f"{_ASIDE.format(root.name)}{secrets.token_hex(4)}"  # random: one per prepare
+    try:
+        os.rename(root, aside)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise DataError(f"{root}: cannot move the earlier dataset aside to replace it: {e.strerror or e} (it is "
+                        "untouched; this one is discarded)") from None
+    return aside
+
+
+def _remove_asides(root: Path) -> None:
+    """Remove the earlier datasets of ``root`` set aside by :func:`replace_dir`: this one's, and one a crash or a
+    SIGKILL left (between the renames, or during the removal). Only a directory of that name holding nothing but
+    a dataset's files goes (a user's folder so named stays); best effort: one that cannot be removed waits for the
+    next prepare to ``root``."""
+    prefix = _ASIDE.format(root.name)
+    try:
+        entries = list(os.scandir(root.parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not (entry.name.startswith(prefix) and _ASIDE_TAIL.fullmatch(entry.name[len(prefix):])):
+            continue
+        path = Path(entry.path)
+        with suppress(OSError):
+            if entry.is_dir(follow_symlinks=False) and not _not_a_dataset(path, manifest=False):
+                shutil.rmtree(path)
+
+
 def replace_dir(tmp: Path, root: Path, force: bool) -> None:
     """Sync the finished ``tmp`` (:func:`_sync_tree`) and move it into place as ``root``, removing an empty dir (or,
     with ``force``, an earlier dataset); then sync ``root``'s parent, where the rename is on disk only once it is.
 
+    The earlier dataset is renamed aside (a hidden name beside it), ``tmp`` renamed in, the parent synced, and only
+    then the earlier one removed: removed first, a crash or a SIGKILL before the rename would leave no dataset at
+    all, and a failed rename neither. So a dataset is at ``root`` but for the instant between the two renames, when
+    the earlier one is whole at its hidden name; the next prepare to ``root`` removes that once its own is in place
+    (:func:`_remove_asides`). A failed rename puts the earlier one back; a stop signal waits for the renames.
     Without ``force`` a non-empty ``root`` is another prepare's finished output, not ours to delete.
 
     Args:
@@ -393,22 +455,45 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
 
     Raises:
         DataError: a file could not be synced (a full disk or quota that NFS reports only then, an I/O error;
-            nothing moved), or the rename failed (another dataset put there meanwhile).
+            nothing moved), or a rename failed (another dataset put there meanwhile; the earlier one kept).
     """
     with named_on_failure(root):
         _sync_tree(tmp)
-    try:
-        if root.is_dir():
-            shutil.rmtree(root) if force else root.rmdir()
-        tmp.rename(root)
+    with _stops_held():
+        aside = _set_aside(root) if force and root.is_dir() else None
+        try:
+            if aside is None and root.is_dir():
+                root.rmdir()
+            tmp.rename(root)
+        except OSError as e:
+            raise _not_moved(root, e, aside) from None
         _TEMPORARIES.discard(tmp)
-    except OSError as e:
-        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-            raise DataError(f"{root}: cannot move the finished dataset into place: {e.strerror or e} (this one is "
-                            "discarded)") from None
-        raise DataError(f"{root}: another dataset was written there while this one was (two prepares into one "
-                        "--output?); it is kept, and this one discarded") from None
     sync_directory(root.parent)
+    _remove_asides(root)
+
+
+def _not_moved(root: Path, e: OSError, aside: Path | None) -> DataError:
+    """The one line for a finished dataset that could not be renamed to ``root``, once the earlier dataset is put
+    back where it can be.
+
+    Args:
+        root: the output.
+        e: the rename's error.
+        aside: where :func:`_set_aside` moved the earlier dataset, or None.
+    """
+    kept = ""
+    if aside is not None:
+        try:
+            os.rename(aside, root)
+            sync_directory(root.parent)
+            kept = "; the earlier dataset is back in place"
+        except OSError:
+            kept = f"; the earlier dataset is at {aside}"
+    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+        return DataError(f"{root}: cannot move the finished dataset into place: {e.strerror or e} (this one is "
+                         f"discarded{kept})")
+    return DataError(f"{root}: another dataset was written there while this one was (two prepares into one "
+                     f"--output?); it is kept, and this one discarded{kept}")
 
 
 def _first_of_run(sorted_keys: np.ndarray) -> np.ndarray:

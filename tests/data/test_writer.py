@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -261,6 +262,134 @@ def test_force_replaces_and_refuses_without(tmp_path):
 
 def _tree(root):
     return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*"))
+
+
+def _asides(parent: Path, name: str = "d") -> list[Path]:
+    return sorted(parent.glob(f".{name}.old-*"))
+
+
+def test_force_keeps_a_dataset_at_the_output_while_it_replaces_it(tmp_path, monkeypatch):
+    """--force removed the earlier dataset, then renamed the new one in: a crash or SIGKILL between the two left no
+    dataset at all. In every state the replacement passes through, the earlier dataset or the new one is whole at
+    the output, or (between the two renames) the earlier one whole at its hidden name beside it."""
+    root = tmp_path / "d"
+    write_dataset(root, _raw(), num_vertices=N)
+    old = _tree(root)
+    states = []  # before each rename and removal: the output's tree, and the hidden earlier ones'
+    rename, rmtree = os.rename, shutil.rmtree
+
+    def seen():
+        states.append((_tree(root) if root.is_dir() else None, [_tree(p) for p in _asides(tmp_path)]))
+
+    def renamed(src, dst, *args, **kwargs):
+        seen()
+        return rename(src, dst, *args, **kwargs)
+
+    def removed(path, *args, **kwargs):
+        seen()
+        return rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", renamed)
+    monkeypatch.setattr(shutil, "rmtree", removed)
+    write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    seen()
+    new = _tree(root)
+    assert new != old and states[-1] == (new, [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    for at_root, aside in states:
+        assert at_root in (old, new) or (at_root is None and aside == [old]), (at_root, aside)
+
+
+class _Crash(BaseException):
+    """A process's end where it stands (SIGKILL, a node's crash): no ``except OSError`` puts anything back."""
+
+
+def test_an_earlier_dataset_a_crash_left_aside_goes_with_the_next_prepare(tmp_path, monkeypatch):
+    """A crash between the two renames leaves the earlier dataset at its hidden name, whole; the next prepare to
+    that output removes it once its own dataset is in place, and one a crash left half removed; a user's folder of
+    a like name stays."""
+    root = tmp_path / "d"
+    write_dataset(root, _raw(), num_vertices=N)
+    old = _tree(root)
+    rename = os.rename
+
+    def crashing(src, dst, *args, **kwargs):
+        if ".d.tmp-" in str(src):
+            raise _Crash
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", crashing)
+    with pytest.raises(_Crash):
+        write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    monkeypatch.setattr(os, "rename", rename)
+    [aside] = _asides(tmp_path)
+    assert not root.exists() and _tree(aside) == old
+    half = tmp_path / ".d.old-0123abcd"  # a removal stopped part way: manifest.json gone first
+    shutil.copytree(aside, half)
+    (half / "manifest.json").unlink()
+    mine = [tmp_path / ".d.old-89abcdef", tmp_path / ".d.old-mine"]
+    for folder in mine:
+        folder.mkdir()
+        (folder / "notes.txt").write_text("mine")
+    write_dataset(root, _raw(EVENTS[:3]), num_vertices=N)
+    assert load_manifest(root).num_snapshots == 3
+    assert _asides(tmp_path) == mine and sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in mine] + ["d"]
+
+
+def test_a_stop_signal_waits_for_the_renames(tmp_path, monkeypatch, sigterm_unwinds):
+    """SIGTERM sent as the earlier dataset is set aside stops the command only once the new one is in place (not
+    between the renames, where the output is empty); the earlier one left aside goes with the next prepare."""
+    root = tmp_path / "d"
+    write_dataset(root, _raw(), num_vertices=N)
+    rename = os.rename
+
+    def signalled(src, dst, *args, **kwargs):
+        if Path(src) == root:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the signal delivered, by whichever thread
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", signalled)
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    monkeypatch.setattr(os, "rename", rename)
+    assert load_manifest(root).num_snapshots == 2 and len(_asides(tmp_path)) == 1
+    write_dataset(root, _raw(EVENTS[:3]), num_vertices=N, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_a_failed_rename_puts_the_earlier_dataset_back(tmp_path, monkeypatch):
+    """The new dataset's rename into place fails (an I/O error): the earlier one, set aside, is put back, the line
+    says so; where even that fails the line names where the earlier one is, and the next prepare removes it."""
+    root = tmp_path / "d"
+    write_dataset(root, _raw(), num_vertices=N)
+    before = _tree(tmp_path)
+    rename, failing = os.rename, [".d.tmp-"]
+
+    def refused(src, dst, *args, **kwargs):
+        if any(Path(src).name.startswith(name) for name in failing):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", refused)
+    with pytest.raises(DataError, match=rf"^{root}: cannot move the finished dataset into place: Input/output error "
+                                        r"\(this one is discarded; the earlier dataset is back in place\)$"):
+        write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    assert _tree(tmp_path) == before
+    failing.append(".d.old-")
+    with pytest.raises(DataError, match=r"\(this one is discarded; the earlier dataset is at "
+                                        rf"{tmp_path}/\.d\.old-[0-9a-f]{{8}}\)$"):
+        write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    assert not root.exists() and len(_asides(tmp_path)) == 1
+    failing.clear()
+    write_dataset(root, _raw(EVENTS[:2]), num_vertices=N)
+    assert load_manifest(root).num_snapshots == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    failing.append("d")  # the earlier dataset cannot be set aside: untouched
+    after = _tree(tmp_path)
+    with pytest.raises(DataError, match=rf"^{root}: cannot move the earlier dataset aside to replace it: "
+                                        r"Input/output error \(it is untouched; this one is discarded\)$"):
+        write_dataset(root, _raw(), num_vertices=N, force=True)
+    assert _tree(tmp_path) == after
 
 
 def test_force_replaces_only_an_earlier_dataset(tmp_path, monkeypatch):
