@@ -13,7 +13,8 @@ from pathlib import Path
 
 
 class SyncLog:
-    """Record, by inode, the ``os.fsync``, ``os.replace`` and ``os.link`` calls made while it is installed.
+    """Record, by inode, the ``os.fsync``, ``os.replace``, ``os.rename`` (``Path.rename``'s) and ``os.link`` calls
+    made while it is installed.
 
     Args:
         monkeypatch: pytest's fixture; the ``os`` functions are wrapped until the test ends.
@@ -21,26 +22,24 @@ class SyncLog:
 
     def __init__(self, monkeypatch) -> None:
         self.events: list[tuple[str, tuple[int, int], Path | None]] = []
-        fsync, replace, link = os.fsync, os.replace, os.link
+        fsync = os.fsync
 
         def synced(fd: int) -> None:
             st = os.fstat(fd)
             fsync(fd)
             self.events.append(("dir-sync" if stat.S_ISDIR(st.st_mode) else "sync", (st.st_dev, st.st_ino), None))
 
-        def renamed(src, dst, *args, **kwargs) -> None:
-            st = os.stat(src)
-            replace(src, dst, *args, **kwargs)
-            self.events.append(("name", (st.st_dev, st.st_ino), Path(dst)))
-
-        def linked(src, dst, *args, **kwargs) -> None:
-            st = os.stat(src)
-            link(src, dst, *args, **kwargs)
-            self.events.append(("name", (st.st_dev, st.st_ino), Path(dst)))
+        def naming(call):
+            """``call(src, dst)`` recorded as giving ``src``'s inode the name ``dst``."""
+            def named(src, dst, *args, **kwargs) -> None:
+                st = os.stat(src)
+                call(src, dst, *args, **kwargs)
+                self.events.append(("name", (st.st_dev, st.st_ino), Path(dst)))
+            return named
 
         monkeypatch.setattr(os, "fsync", synced)
-        monkeypatch.setattr(os, "replace", renamed)
-        monkeypatch.setattr(os, "link", linked)
+        for name in ("replace", "rename", "link"):
+            monkeypatch.setattr(os, name, naming(getattr(os, name)))
 
     def durable(self, path: str | Path) -> str:
         """What was missing in the last write of ``path`` ("" when nothing was): its file's sync before the

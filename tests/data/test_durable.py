@@ -23,19 +23,6 @@ def _inode(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _sync_log(monkeypatch) -> SyncLog:
-    """A :class:`SyncLog` that also records ``os.rename`` (``Path.rename``, which moves the dataset into place)."""
-    log, rename = SyncLog(monkeypatch), os.rename
-
-    def renamed(src, dst, *args, **kwargs) -> None:
-        inode = _inode(src)
-        rename(src, dst, *args, **kwargs)
-        log.events.append(("name", inode, Path(dst)))
-
-    monkeypatch.setattr(os, "rename", renamed)
-    return log
-
-
 def _unsynced(log: SyncLog, root: Path) -> list[str]:
     """What under ``root`` (files, ``shards/``) had no sync before the rename that gave ``root`` its name, with
     SyncLog's own check of ``root`` (synced before, its parent after)."""
@@ -60,7 +47,7 @@ def test_every_file_of_a_snapshot_dataset_is_synced_before_its_rename(tmp_path, 
     """The shards, vertices.h5, manifest.json and shards/ reach the disk before the directory's name does; a
     dataset replaced with --force too."""
     root = tmp_path / "ds"
-    log = _sync_log(monkeypatch)
+    log = SyncLog(monkeypatch)
     make_dataset(root, 7, 23, 40)
     assert len(list((root / "shards").iterdir())) == 3 and _unsynced(log, root) == []
     make_dataset(root, 4, 23, 40, force=True)
@@ -68,7 +55,7 @@ def test_every_file_of_a_snapshot_dataset_is_synced_before_its_rename(tmp_path, 
 
 
 def test_every_file_of_an_event_dataset_is_synced_before_its_rename(tmp_path, monkeypatch):
-    log = _sync_log(monkeypatch)
+    log = SyncLog(monkeypatch)
     _events(tmp_path / "ev")
     assert (tmp_path / "ev" / "eval_negatives.h5").is_file() and _unsynced(log, tmp_path / "ev") == []
 
@@ -85,7 +72,7 @@ def test_an_event_manifest_is_rewritten_through_a_synced_temporary(tmp_path, mon
 
 def test_directories_made_for_the_output_are_synced_in_their_parents(tmp_path, monkeypatch):
     """``--output new/deeper/ds``: ``new`` and ``deeper``, made by prepare, are on disk once their parents are."""
-    log = _sync_log(monkeypatch)
+    log = SyncLog(monkeypatch)
     root = tmp_path / "new" / "deeper" / "ds"
     make_dataset(root, 3, 5, 4)
     dir_syncs = {ino for what, ino, _ in log.events if what == "dir-sync"}
