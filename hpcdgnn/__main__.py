@@ -532,16 +532,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_embed(args: argparse.Namespace) -> int:
     """Write a trained run's Z_t (issue 60); under mpirun the strategy's own distributed forward."""
-    from hpcdgnn.embed import run_embed
+    from hpcdgnn.embed import forget_written, run_embed
 
+    forget_written()  # a stop in the start-up names no file an earlier call in this process wrote
     return _spmd(["embed", args.rundir, args.output, args.split, *(args.set or [])], lambda comm: run_embed(args, comm),
                  preemptible=False)
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     """Score pairs or predict node targets with a trained run (issue 60)."""
-    from hpcdgnn.embed import run_predict
+    from hpcdgnn.embed import forget_written, run_predict
 
+    forget_written()  # a stop in the start-up names no file an earlier call in this process wrote
     return _spmd(["predict", args.rundir, args.output, args.pairs or "", args.split, *(args.set or [])],
                  lambda comm: run_predict(args, comm), preemptible=False)
 

@@ -169,6 +169,13 @@ def _new_pass(output: str | None) -> None:
         _OUTPUT[:] = [] if output is None else [Path(output)]
 
 
+def forget_written() -> None:
+    """Forget the output an earlier embed or predict of this process wrote (an in-process caller of ``main`` runs
+    several): a stop before this command's pass begins (:func:`_new_pass`), in its start-up, must neither name that
+    file as this command's, complete, nor look for its temporary (:func:`left_by_rank_0`). A stop stays."""
+    _new_pass(None)
+
+
 def left_by_rank_0(elsewhere: str | None) -> tuple[Path | None, str | None]:
     """What a stop leaves of rank 0's output where rank 0 never answered it (its main thread held the GIL past the
     grace, inside a write or close of a large HDF5 file, say: its own thread could not remove the temporary), as

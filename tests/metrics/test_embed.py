@@ -284,3 +284,35 @@ def test_a_stop_s_speaker_removes_or_names_rank_0_s_temporary(tmp_path):
                                              f"{out} again")
     out.write_text("complete")
     assert left_by_rank_0(None) == (out, None)  # renamed into place while the stop waited
+
+
+@pytest.mark.parametrize("command", ["embed", "predict"])
+def test_a_stop_in_a_second_call_s_start_up_names_no_earlier_file(tmp_path, small_dataset, monkeypatch, command):
+    """``main`` called twice in one process: SIGTERM during the second call's start-up was answered "came after
+    <the first call's file> was written; the file is complete", exit 0, as if the second had written it. It is
+    the second's own stop now: nothing written, exit 130."""
+    import os
+    import signal
+    import time
+
+    from hpcdgnn.train import collective
+
+    run = _train(tmp_path, small_dataset, "full")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("0,1,5\n3,9,2\n")
+    extra = ["--pairs", pairs] if command == "predict" else []
+    ext = "csv" if command == "predict" else "npz"
+    first = _cli(tmp_path, command, run, *extra, "--output", tmp_path / f"first.{ext}")
+    assert first.returncode == 0 and (tmp_path / f"first.{ext}").is_file(), first.stderr
+    agree_start = collective.agree_start
+
+    def stopped(comm):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # the handler runs in here, whichever thread took the signal
+        agree_start(comm)
+
+    monkeypatch.setattr(collective, "agree_start", stopped)
+    second = _cli(tmp_path, command, run, *extra, "--output", tmp_path / f"second.{ext}")
+    assert (second.returncode, second.stderr.strip()) == (
+        130, f"hpcdgnn: {command}: stopped by SIGTERM; nothing it was writing is left")
+    assert not list(tmp_path.glob("second*")) and (tmp_path / f"first.{ext}").is_file()
