@@ -203,7 +203,8 @@ class _JobStop:
     not heard within :data:`_STOP_GRACE_S` the line is printed as far as known and ``MPI_Abort(130)`` ends the job
     (not where the output is in place: the stop is called off); where that rank is rank 0, which could not remove
     its temporary file, the speaking rank removes it if it sees it, or the line says where it may remain
-    (:func:`hpcdgnn.embed.left_by_rank_0`; rank 0 tells its node ``("node", name)`` when the watch starts). Needs
+    (:func:`hpcdgnn.embed.left_by_rank_0`; rank 0 tells its node ``("node", name)`` when the watch starts, and
+    its temporary's inode ``("making", inode)`` once the file exists: only that file is removed). Needs
     ``MPI_THREAD_MULTIPLE`` (:meth:`start` returns None without it: the main thread's interrupt and abort then).
     """
 
@@ -219,6 +220,12 @@ class _JobStop:
         os.set_blocking(self.write_fd, False)  # the C handler must never block on a full pipe
         self.saved_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         self.replaced = _on_stop_signals(lambda *_: None, _PASS_STOPS)
+        if self.rank == 0:  # told from the main thread as the file is made: no later write can come before it
+            from mpi4py import MPI
+
+            from hpcdgnn import embed
+
+            embed.MAKING[:] = [lambda inode: MPI.Request.Waitall(self._send(("making", inode)))]
         self.thread = threading.Thread(target=self._watch, name="hpcdgnn-stop", daemon=True)
         self.thread.start()
 
@@ -249,6 +256,8 @@ class _JobStop:
         if not self.finished:
             self.wait()
         self.thread.join()
+        if self.rank == 0:
+            sys.modules["hpcdgnn.embed"].MAKING.clear()
         signal.set_wakeup_fd(self.saved_fd)
         _on_stop_signals((lambda *_: None) if done or self.written else _interrupt, tuple(self.replaced))
         os.close(self.read_fd)
@@ -288,6 +297,9 @@ class _JobStop:
         heard: dict[int, tuple[int, bool]] = {}  # rank -> (signal, signalled itself), of the ranks stopping
         finished: set[int] = set()  # the ranks whose command ended first: they will not answer
         written: str | None = None  # the output rank 0 had put in place, as a rank's word says
+        # rank 0's temporary as it told it (its inode): a speaker removes that file only, never one of another
+        # embed to the same --output that rank 0 had not yet refused
+        making: int | None = None
         done, mine, sent, deadline = False, None, [], 0.0
         status = MPI.Status()
         while True:
@@ -302,8 +314,8 @@ class _JobStop:
             while self.world.Iprobe(source=MPI.ANY_SOURCE, tag=_STOP_TAG, status=status):
                 source = status.Get_source()
                 word = self.world.recv(source=source, tag=_STOP_TAG)
-                if word[0] == "node":
-                    node0 = word[1]
+                if word[0] in ("node", "making"):
+                    node0, making = (word[1], making) if word[0] == "node" else (node0, word[1])
                     continue
                 if word[0] == "done":
                     done = True
@@ -338,7 +350,7 @@ class _JobStop:
                 if own and own[0] == self.rank:
                     said, left = written, None
                     if embed is not None and 0 not in everyone and 0 not in finished:  # its temporary is still there
-                        placed, left = embed.left_by_rank_0(None if node0 == self.node else node0)
+                        placed, left = embed.left_by_rank_0(None if node0 == self.node else node0, making)
                         said = said or (None if placed is None else str(placed))
                     self._say(mine[0], said, left)
                 if written is not None:  # every main thread can complete: no rank is left waiting

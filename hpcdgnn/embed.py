@@ -140,6 +140,9 @@ _STOPPED: list[bool] = []
 _PLACED: list[Path] = []
 #: this pass's output (``--output``), which every rank was given and rank 0 writes
 _OUTPUT: list[Path] = []
+#: called with a temporary's inode once rank 0 made it: the stop's watch tells the other ranks, so that a stop's
+#: speaker removes that file and no other (:func:`left_by_rank_0`)
+MAKING: list[Callable[[int], None]] = []
 
 
 def stop_writing() -> Path | None:
@@ -176,14 +179,17 @@ def forget_written() -> None:
     _new_pass(None)
 
 
-def left_by_rank_0(elsewhere: str | None) -> tuple[Path | None, str | None]:
+def left_by_rank_0(elsewhere: str | None, inode: int | None = None) -> tuple[Path | None, str | None]:
     """What a stop leaves of rank 0's output where rank 0 never answered it (its main thread held the GIL past the
     grace, inside a write or close of a large HDF5 file, say: its own thread could not remove the temporary), as
-    this rank sees it; this rank removes the temporary where it sees one (on rank 0's node, or a file system the
-    nodes share), which would make the next embed to the same ``--output`` refuse.
+    this rank sees it; this rank removes the temporary where it sees it (on rank 0's node, or a file system the
+    nodes share) and rank 0 told it made that file (``inode``), which would make the next embed to the same
+    ``--output`` refuse. A temporary rank 0 did not tell of may be another embed's (one rank 0 had not yet
+    refused): it stays, and the line says it may remain.
 
     Args:
         elsewhere: rank 0's node where it is not this rank's (its files may be out of sight here), else None.
+        inode: the inode of the temporary rank 0 said it was writing (:data:`MAKING`), or None.
 
     Returns:
         The output where rank 0 had renamed it into place, complete (seen on its node), else None; and where the
@@ -195,8 +201,9 @@ def left_by_rank_0(elsewhere: str | None) -> tuple[Path | None, str | None]:
         out = _OUTPUT[0]
     tmp = _temporary(out)
     try:
-        tmp.unlink()
-        return None, None
+        if os.stat(tmp).st_ino == inode:  # else not known to be this job's (inode None): named, not removed
+            tmp.unlink()
+            return None, None
     except FileNotFoundError:
         if elsewhere is None:  # rank 0's node: none there, or renamed complete
             return (out if out.exists() else None), None
@@ -221,7 +228,10 @@ def _created(tmp: Path, create: Callable[[], T]) -> T:
 
             raise Stopped(0)
         _TEMPORARIES.add(tmp)
-        return create()
+        made = create()
+        for tell in MAKING:
+            tell(os.stat(tmp).st_ino)
+        return made
 
 
 def _into_place(tmp: Path, path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 
@@ -278,7 +279,12 @@ def test_a_stop_s_speaker_removes_or_names_rank_0_s_temporary(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(f"{tmp} exists: an embed or predict is writing it, or one "
                                                     "that was stopped left it; remove it")):
         _new_file(str(out), {".h5": "hdf5"})
-    assert left_by_rank_0("node7") == (None, None) and not tmp.exists()  # a file system the nodes share
+    # rank 0 never said it made it (another embed's, which rank 0 was about to refuse): named, kept
+    assert left_by_rank_0("node7") == (None, f"{tmp} may remain on node7, rank 0's node: remove it before writing "
+                                             f"{out} again") and tmp.exists()
+    assert left_by_rank_0("node7", os.stat(tmp).st_ino + 1) == (None, f"{tmp} may remain on node7, rank 0's node: "
+                                                                      f"remove it before writing {out} again")
+    assert left_by_rank_0("node7", os.stat(tmp).st_ino) == (None, None) and not tmp.exists()  # shared file system
     assert left_by_rank_0(None) == (None, None)  # rank 0's node: none there
     assert left_by_rank_0("node7") == (None, f"{tmp} may remain on node7, rank 0's node: remove it before writing "
                                              f"{out} again")
