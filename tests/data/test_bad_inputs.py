@@ -448,6 +448,24 @@ def test_a_headerless_jodie_csv_is_told_to_map_columns_by_index(tmp_path, capsys
 
 
 @pytest.mark.parametrize("kind", ["snapshots", "events"])
+@pytest.mark.parametrize("text, line", [("582 364 0\n168 472 2797\n", 1),  # SNAP's email-Eu-core-temporal
+                                        ("src dst time\n582 364 0\n168 472 2797\n", 2)])
+@pytest.mark.parametrize("columns", [None, "src=0,dst=1,time=2"])
+def test_a_whitespace_separated_edge_list_given_to_jodie_names_format_snap(tmp_path, capsys, kind, text, line,
+                                                                            columns):
+    """'got '582 364 0' (1 columns) ... map the columns with --columns', and with the --columns then given, 'the
+    header has 1 columns': no column mapping reads one comma-separated field; --format snap reads the file."""
+    raw = tmp_path / "email.txt"
+    raw.write_text(text)
+    args = ["--kind", kind, "--output", str(tmp_path / "o"), *(["--columns", columns] if columns else [])]
+    err = _refused([str(raw), "--format", "jodie", *args], capsys, f"email.txt:{line}: fields separated by "
+                   "whitespace ('582', '364', '0' (3 columns))", "read it with --format snap")
+    assert "--columns src=NAME" not in err
+    if line == 1:  # a header needs --columns by name in snap too
+        _prepared([str(raw), "--format", "snap", *args], capsys)
+
+
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
 def test_a_matrix_market_size_line_is_not_an_event(tmp_path, capsys, kind):
     """Network Repository's .mtx: the 'M N NNZ' line after the banner was read as an event (a self-loop 5 -> 5 at
     time 3); a dense array holds no edges and is refused."""

@@ -5,8 +5,9 @@ interactions (fields, the header's too, maybe quoted with ``"``: :func:`~._commo
 Recognised headers: JODIE's ``user_id,item_id,timestamp,state_label,...`` (first four
 columns), TGL's ``u,i,ts,label,...`` and ``ml_*.csv`` (``,u,i,ts,label,idx``),
 or one column per role named by :data:`~._common.COLUMN_ALIASES`; anything else needs
-``--columns``. Users and items are distinct vertices (users first; ``vertices.h5`` holds
-``"u:<id>"``/``"i:<id>"``), edges go user -> item. Slicing is :mod:`.snap`'s.
+``--columns`` (a whitespace-separated edge list, which no mapping reads, is pointed to ``--format snap``).
+Users and items are distinct vertices (users first; ``vertices.h5`` holds ``"u:<id>"``/``"i:<id>"``), edges go
+user -> item. Slicing is :mod:`.snap`'s.
 
 Snapshots ignore the edge features (they carry vertex features only, IBM §6.1);
 ``--labels state`` labels user u at t with the max ``state_label`` of its interactions
@@ -97,6 +98,33 @@ def _unrecognised(path: Path, lineno: int, header: list[str], why: str = "") -> 
     )
 
 
+def _check_not_whitespace(path: Path, first: tuple[int, str], second: tuple[int, str] | None,
+                          header: list[str]) -> None:
+    """Refuse a whitespace-separated edge list (SNAP's ``src dst time``), whose lines read as one comma-separated
+    field: the advice for an unknown header, ``--columns``, cannot map one column, while ``--format snap`` reads
+    such a file as it is.
+
+    Args:
+        path: the input, as messages name it.
+        first: the first non-blank line (line number, stripped text).
+        second: the next one, or None.
+        header: ``first`` split on commas.
+
+    Raises:
+        DataError: the first line, or the second after a header, splits on whitespace into three or more numbers.
+    """
+    if len(header) != 1:
+        return
+    for lineno, line in [first] + ([second] if second is not None else []):
+        fields = split_fields(line, False, path, lineno)
+        if len(fields) >= 3 and all(map(_is_number, fields)):
+            raise DataError(
+                f"{path}:{lineno}: fields separated by whitespace ({describe_header(fields)}): an edge list, which "
+                "--format jodie (comma-separated, with a header) does not read; read it with --format snap "
+                "(src dst [weight] time, separated by whitespace or commas)"
+            )
+
+
 def _header_columns(
     path: Path, first: tuple[int, str], second: tuple[int, str] | None, columns: dict[str, str] | None
 ) -> tuple[dict[str, int], dict[str, str], list[str] | None]:
@@ -105,6 +133,7 @@ def _header_columns(
     lineno = first[0]
     header = split_fields(first[1], True, path, lineno)
     check_separator(path, lineno, header, "jodie", "comma-separated fields")
+    _check_not_whitespace(path, first, second, header)
     if columns is not None:
         by_name = any(not v.isdigit() for v in columns.values())
         has_header = True
