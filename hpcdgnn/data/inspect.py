@@ -1,10 +1,11 @@
 """``hpcdgnn inspect DIR``: statistics and a full validation of a dataset directory.
 
 Statistics: N, T, F, smoothing, nnz of A_t, raw edges and active vertices per snapshot,
-node targets, and the edge overlap ``|E_t ∩ E_{t+1}| / |E_{t+1}|`` of the trained
-adjacency: the share of A_{t+1}'s pattern graph-difference transfer (IBM §3.2, S3) does
-not resend. Validation collects one ``file: problem`` line per fault (h5py errors
-included, never raised): manifest, ``vertices.h5``, every shard's size, sha256, attributes
+node targets, the share of each class among the labelled vertices of each split (a class far below an even
+share makes accuracy mostly the majority's: :func:`class_balance_note`), and the edge overlap
+``|E_t ∩ E_{t+1}| / |E_{t+1}|`` of the trained adjacency: the share of A_{t+1}'s pattern
+graph-difference transfer (IBM §3.2, S3) does not resend. Validation collects one ``file: problem`` line per
+fault (h5py errors included, never raised): manifest, ``vertices.h5``, every shard's size, sha256, attributes
 and groups, each snapshot's dtypes, shapes, CSR structure with strictly ascending edge keys
 (S3's diffs rely on it), NaN/Inf, negative weights, labels, targets and counts. One
 snapshot is in memory at a time.
@@ -43,7 +44,12 @@ from hpcdgnn.errors import DataError
 from hpcdgnn.indices import unique_ints
 from hpcdgnn.progress import Progress
 
-__all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset", "inspect_events"]
+__all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset", "inspect_events", "class_counts", "class_balance",
+           "class_balance_note"]
+
+#: A class below this fraction of an even share (1 / C) of the labelled training vertices is warned of: 25 % of two
+#: classes, where always answering the other class already scores 0.75 accuracy.
+RARE_CLASS_SHARE = 0.5
 
 
 class _Invalid(Exception):
@@ -75,6 +81,76 @@ def _summary(values: list[int]) -> dict[str, float] | None:
     return {"min": int(a.min()), "median": float(np.median(a)), "max": int(a.max()), "total": int(a.sum())}
 
 
+def class_counts(labels: np.ndarray | None, num_classes: int) -> np.ndarray:
+    """Labelled vertices per class of one snapshot.
+
+    Args:
+        labels: the snapshot's labels (-1 = none, left out), or None (no labels: all counts 0).
+        num_classes: C.
+
+    Shapes:
+        labels: (N,) int; returns (C,) int64.
+    """
+    if labels is None:
+        return np.zeros(num_classes, dtype=np.int64)
+    y = np.asarray(labels)
+    return np.bincount(y[y >= 0], minlength=num_classes)[:num_classes].astype(np.int64)
+
+
+def class_balance(counts: dict[int, np.ndarray], m: Manifest) -> dict[str, Any] | None:
+    """The share of each class among the labelled vertices of each split that ``task: node_classification`` cuts
+    with ``task.split``'s default: what a model that always answers the majority class scores there.
+
+    Args:
+        counts: :func:`class_counts` of each snapshot t read (a snapshot left out counts nothing).
+        m: the dataset's manifest.
+
+    Returns:
+        None without labels (``num_classes`` 0); else ``{"split": [f_train, f_val, f_test], name: {"snapshots":
+        [first, stop], "labelled": count, "fractions": [share of each class] or None when none is labelled}}``
+        for each of train, val, test.
+    """
+    if m.num_classes < 1:
+        return None
+    # the run's own cut (windows of a signal start later); the import brings torch: labelled datasets only
+    from hpcdgnn.tasks.node_classification import NodeClassification, NodeClassificationOptions
+
+    options = NodeClassificationOptions()
+    out: dict[str, Any] = {"split": list(options.split)}
+    for name, steps in zip(("train", "val", "test"), NodeClassification.steps(options, m), strict=True):
+        total = sum((counts[t] for t in steps if t in counts), np.zeros(m.num_classes, dtype=np.int64))
+        n = int(total.sum())
+        out[name] = {"snapshots": [steps.start, steps.stop], "labelled": n,
+                     "fractions": [float(c) / n for c in total] if n else None}
+    return out
+
+
+def class_balance_note(balance: dict[str, Any] | None) -> str | None:
+    """One line when a class holds under :data:`RARE_CLASS_SHARE` of an even share of the labelled training
+    vertices, naming its share and the accuracy the majority class alone scores (an accuracy to beat, not 1/C);
+    else None.
+
+    Args:
+        balance: :func:`class_balance`'s result.
+    """
+    train = (balance or {}).get("train") or {}
+    shares = train.get("fractions")
+    if not shares:
+        return None
+    rare = [c for c, f in enumerate(shares) if f < RARE_CLASS_SHARE / len(shares)]
+    if not rare:
+        return None
+    a, b = train["snapshots"]
+    top = int(np.argmax(shares))
+    which = ", ".join(f"class {c} is {100 * shares[c]:.1f} %" for c in rare[:4]) + (", ..." if len(rare) > 4 else "")
+    val = balance["val"]["fractions"]
+    at_val = f" and {val[top]:.3f} on the validation snapshots" if val else ""
+    split = "/".join(f"{f:g}" for f in balance["split"])
+    return (f"{which} of the labelled vertices of the training snapshots ({a}-{b - 1} under task.split's default "
+            f"{split}): always answering class {top} scores accuracy {shares[top]:.3f} there{at_val}, the "
+            "accuracy to beat")
+
+
 def _overlap(prev: np.ndarray, cur: np.ndarray) -> int:
     """|prev ∩ cur| for two strictly ascending key arrays.
 
@@ -96,6 +172,8 @@ class _SnapshotChecker:
         #: over the readable targets arrays: entries with a target, their sum, min and max
         self.target_count, self.target_sum = 0, 0.0
         self.target_min, self.target_max = np.inf, -np.inf
+        #: :func:`class_counts` of each snapshot whose labels are valid
+        self.class_counts: dict[int, np.ndarray] = {}
 
     def fail(self, where: str, msg: str) -> None:
         self.problems.append(f"{where}: {msg}")
@@ -204,6 +282,8 @@ class _SnapshotChecker:
             if bad.size:
                 v = int(bad[0])
                 self.fail(where, f"'labels' outside -1..{m.num_classes - 1} (first at vertex {v}: {int(labels[v])})")
+            else:
+                self.class_counts[t] = class_counts(labels, m.num_classes)
         if m.has_targets:
             self.targets(g, where)
         raw = int(self.csr_keys(g, where, "target_").shape[0]) if m.smoothed else nnz
@@ -320,8 +400,10 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         or None; ``edges``: distinct (u, v) pairs per snapshot, both directions of an undirected edge),
         ``input_events`` (the input's events ``prepare`` or ``from_arrays`` read, None for generated data),
         ``targets``, ``target_values``
-        (``{count, min, mean, max}`` or None), ``overlap`` (``{mean, min, max, pairs}`` or None), ``problems``
-        and ``valid``; an event-stream dataset gets :func:`inspect_events`'s dict.
+        (``{count, min, mean, max}`` or None), ``overlap`` (``{mean, min, max, pairs}`` or None),
+        ``class_balance`` (:func:`class_balance`: each class's share of the labelled vertices per split, None
+        without labels), ``class_note`` (:func:`class_balance_note`, or None), ``problems`` and ``valid``; an
+        event-stream dataset gets :func:`inspect_events`'s dict.
 
     Raises:
         DataError: the manifest itself is missing or malformed (nothing else can be checked).
@@ -353,6 +435,7 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
     if ratios:
         r = np.asarray(ratios)
         overlap = {"mean": float(r.mean()), "min": float(r.min()), "max": float(r.max()), "pairs": len(ratios)}
+    balance = class_balance(checker.class_counts, m)
     target_values = None
     if checker.target_count:
         c = checker.target_count
@@ -380,6 +463,8 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         "overlap": overlap,
         "empty_snapshots": empty_snapshots(m.snapshot_edges),
         "note": empty_snapshots_note(m.snapshot_edges),
+        "class_balance": balance,
+        "class_note": class_balance_note(balance),
         "problems": problems,
         "valid": not problems,
     }
@@ -564,6 +649,19 @@ def _fmt_targets(r: dict[str, Any]) -> str:
             f"min {v['min']:.4g}  mean {v['mean']:.4g}  max {v['max']:.4g}")
 
 
+def _fmt_classes(balance: dict[str, Any]) -> str:
+    """The class line: each class's share of the labelled vertices of the training snapshots."""
+    train = balance["train"]
+    a, b = train["snapshots"]
+    where = (f"of the training snapshots {a}-{b - 1} (task.split's default "
+             f"{'/'.join(f'{f:g}' for f in balance['split'])})")
+    if not train["fractions"]:
+        return f"no labelled vertex {where}"
+    shares = train["fractions"]
+    shown = ", ".join(f"{c} {100 * f:.1f} %" for c, f in enumerate(shares[:8])) + (", ..." if len(shares) > 8 else "")
+    return f"{shown} of the {train['labelled']:,} labelled vertices {where}"
+
+
 def format_report(r: dict[str, Any]) -> str:
     """Human-readable text of an :func:`inspect_dataset` result."""
     if r.get("kind") == "events":
@@ -583,6 +681,7 @@ def format_report(r: dict[str, Any]) -> str:
         + (f"; from {r['input_events']:,} input events)" if r.get("input_events") else ")"),
         f"  active    {_fmt_summary(r['active'])}",
         f"  targets   {_fmt_targets(r)}",
+        *([f"  classes   {_fmt_classes(r['class_balance'])}"] if r.get("class_balance") else []),
         "  overlap   |E_t ∩ E_t+1| / |E_t+1|: "
         + (
             "n/a"
@@ -590,8 +689,7 @@ def format_report(r: dict[str, Any]) -> str:
             else f"mean {ov['mean']:.3f}  min {ov['min']:.3f}  max {ov['max']:.3f}  ({ov['pairs']} pairs)"
         ),
     ]
-    if r.get("note"):
-        lines.append(f"  note      {r['note']}")
+    lines += [f"  note      {r[k]}" for k in ("note", "class_note") if r.get(k)]
     return "\n".join(lines + _validity_lines(r))
 
 

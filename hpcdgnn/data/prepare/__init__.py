@@ -19,11 +19,14 @@ import argparse
 import dataclasses
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, DEFAULT_SPLIT, EventManifest
+from hpcdgnn.data.inspect import class_balance, class_balance_note, class_counts
 from hpcdgnn.data.manifest import Manifest, empty_snapshots_note
 from hpcdgnn.data.prepare._common import (
     DEFAULT_LAGS,
@@ -244,10 +247,30 @@ def prepare_dataset(
     return write_prepared(prepared, opts, output, path, fmt, _provenance(path, fmt, opts, prepared))
 
 
+def _counted(snapshots: Iterable[RawSnapshot], num_classes: int, counts: dict[int, np.ndarray]
+             ) -> Iterator[RawSnapshot]:
+    """``snapshots`` as they stream to the writer, each one's :func:`~hpcdgnn.data.inspect.class_counts` kept in
+    ``counts`` by its index t: the class balance without reading the labels back."""
+    for t, snap in enumerate(snapshots):
+        counts[t] = class_counts(snap.labels, num_classes)
+        yield snap
+
+
 def write_prepared(prepared: PreparedInput, opts: PrepareOptions, output: str | Path, where: Path, fmt: str,
-                   source: dict[str, Any]) -> Manifest:
+                   source: dict[str, Any], warn: Callable[[str], None] | None = None) -> Manifest:
     """Write a parsed input (a file's, or arrays' from :mod:`hpcdgnn.data.adapters`) as a snapshot dataset:
-    the derived labels and targets, the size estimate and its limits, then the shards.
+    the derived labels and targets, the size estimate and its limits, then the shards; then warn when a class is
+    rare among the labelled training vertices (:func:`~hpcdgnn.data.inspect.class_balance_note`: accuracy is then
+    mostly the majority class's, e.g. ``--labels target_bins`` where most next targets are 0).
+
+    Args:
+        prepared: the parsed input.
+        opts: the snapshot options.
+        output: the dataset directory to write.
+        where: the input, as messages name it.
+        fmt: the ``--format`` (or the adapter's stand-in), for messages.
+        source: the manifest's provenance.
+        warn: how the adapters say what ``prepare`` prints as a warning on stderr (a Python ``UserWarning``).
 
     Raises:
         DataError: naming ``where``: an output over the size limits without ``allow_large``, no room for it.
@@ -270,9 +293,10 @@ def write_prepared(prepared: PreparedInput, opts: PrepareOptions, output: str | 
     _check_size(where, fmt, opts, estimate)
     if estimate is not None:
         check_room(output, estimate.bytes)
-    return write_dataset(
+    counts: dict[int, np.ndarray] = {}
+    manifest = write_dataset(
         output,
-        snapshots,
+        _counted(snapshots, num_classes, counts) if num_classes else snapshots,
         num_vertices=prepared.num_vertices,
         directed=not opts.undirected,
         reverse=opts.reverse_edges,
@@ -289,6 +313,12 @@ def write_prepared(prepared: PreparedInput, opts: PrepareOptions, output: str | 
         force=opts.force,
         expected_snapshots=len(prepared.snapshot_edges) if prepared.snapshot_edges is not None else None,
     )
+    note = class_balance_note(class_balance(counts, manifest))
+    if note and warn is not None:
+        warn(note)
+    elif note:
+        print(f"hpcdgnn prepare: warning: {output}: {note}", file=sys.stderr, flush=True)
+    return manifest
 
 
 def _add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
