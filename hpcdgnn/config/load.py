@@ -239,8 +239,32 @@ def _no_duplicate_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
 
 
+def _given_once(overrides: list[str]) -> None:
+    """Refuse a key that two ``--set`` items give (or a section one gives whole and another a key of): applied in
+    order, the later would silently win, and a job script that sets a key twice (a default line, then the user's)
+    usually means the other value.
+
+    Args:
+        overrides: the ``KEY=VALUE`` items, in the order given.
+    """
+    seen: list[tuple[str, str]] = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:  # apply_overrides says what a KEY=VALUE item is
+            continue
+        given = f"{key}={text.strip()}"
+        for before, was in seen:
+            if before == key or key.startswith(before + ".") or before.startswith(key + "."):
+                raise ConfigError(f"--set {max(before, key, key=len)}: given twice ({was[:60]}, then {given[:60]}); "
+                                  "give each key once")
+        seen.append((key, given))
+
+
 def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
-    """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping."""
+    """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping; a key given twice is refused
+    (:func:`_given_once`)."""
+    _given_once(overrides)
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()  # "train.epochs = 2" (a script's string): the key is train.epochs, not "train.epochs "

@@ -446,3 +446,18 @@ def test_a_run_s_resolved_config_with_an_option_refused_since_still_loads():
     assert job.strategy.cache_mb == 64
     with pytest.raises(ConfigError, match="strategy.cache_mb: applies only with reuse: on"):
         load_job_dict(raw, "job.yaml", [], check_paths=False)
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    (["train.epochs=2", "train.epochs=5"], "--set train.epochs: given twice (train.epochs=2, then train.epochs=5)"),
+    (["train={epochs: 2}", "train.epochs=5"], "--set train.epochs: given twice (train={epochs: 2}, then "
+                                              "train.epochs=5)"),
+    (["train.epochs=5", "train = {lr: 0.1}"], "--set train.epochs: given twice (train.epochs=5, then "
+                                              "train={lr: 0.1})"),
+])
+def test_a_key_set_twice_is_refused(tmp_path, small_dataset, overrides, said):
+    """Two ``--set`` of one key (or of a section and a key in it) took the last silently; one line now."""
+    with pytest.raises(ConfigError) as e:
+        load_job(_job(tmp_path, small_dataset, ""), overrides)
+    assert str(e.value) == said + "; give each key once"
+    assert load_job(_job(tmp_path, small_dataset, ""), ["train.epochs=2", "train.lr=0.1"]).train.epochs == 2
