@@ -516,18 +516,58 @@ def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: 
 
 
 def _read_pairs(path: str) -> np.ndarray:
-    """The rows of a ``--pairs`` file (``.npy``, or text of three columns) as they are written."""
+    """The rows of a ``--pairs`` file (``.npy``, or text of three columns) as they are written.
+
+    A text file's first line may name its columns (every field a name, one per column, as pandas writes ``u,v,t``):
+    it is skipped, and where it names ``u``, ``v`` and ``t`` those columns are read, so ``predict``'s own
+    ``u,v,t,score`` output is read back as its pairs. A line that is not numbers is one line naming it and its
+    column, both counted from 1.
+
+    Args:
+        path: the ``--pairs`` file.
+    """
+    from hpcdgnn.data.prepare._common import _is_number as numeric
+
+    def fields(line: str) -> list[str]:
+        return line.partition("#")[0].split()
+
+    def first_bad(lines: list[str]) -> str | None:  # the error path only: the line and column numpy faulted
+        width = None
+        for number, line in enumerate(lines, 1):
+            row = fields(line)
+            bad = next((c for c, x in enumerate(row, 1) if not numeric(x)), None)
+            if bad is not None:
+                names = all(not numeric(x) for x in row) and number == next(
+                    (n for n, ln in enumerate(lines, 1) if fields(ln)), None)
+                return (f"line {number}, column {bad}: '{row[bad - 1][:40]}' is not a number"
+                        + ("; a header line names every column, one name each" if names else ""))
+            if row and width is not None and len(row) != width:
+                return f"line {number} has {len(row)} columns, the lines before it {width}"
+            width = width or len(row) or None
+        return None
+
+    lines: list[str] = []
     try:
         if path.lower().endswith(".npy"):
             pairs = np.load(path, allow_pickle=False)
         else:
             with open(path) as f:
-                text = f.read().replace(",", " ")
+                lines = f.read().replace(",", " ").splitlines()
+            data = [i for i, line in enumerate(lines) if fields(line)]
+            head = fields(lines[data[0]]) if data else []
+            usecols = None
+            if head and not any(numeric(x) for x in head) and (
+                    len(data) == 1 or len(fields(lines[data[1]])) == len(head)):
+                names = [x.strip("\"'").lower() for x in head]
+                if {"u", "v", "t"} <= set(names):
+                    usecols = tuple(names.index(c) for c in "uvt")
+                lines = [*lines[:data[0]], "", *lines[data[0] + 1:]]  # the same line numbers for first_bad
             with warnings.catch_warnings():  # an empty file: numpy warns, the shape check below says it in one line
                 warnings.simplefilter("ignore", UserWarning)
-                pairs = np.loadtxt(text.splitlines(), dtype=np.float64, comments="#", ndmin=2)
+                pairs = np.loadtxt(lines, dtype=np.float64, comments="#", ndmin=2, usecols=usecols)
     except (OSError, ValueError) as e:
-        raise DataError(f"--pairs {path}: unreadable ({str(e).strip().splitlines()[0]})") from None
+        why = isinstance(e, ValueError) and first_bad(lines) or f"unreadable ({str(e).strip().splitlines()[0]})"
+        raise DataError(f"--pairs {path}: {why}") from None
     return pairs_of(pairs, f"--pairs {path}")
 
 

@@ -1,0 +1,52 @@
+"""``predict --pairs FILE``: a header line of column names (pandas' ``u,v,t``, predict's own ``u,v,t,score``) is
+read as such, and a line that is not numbers is named by line and column counted from 1."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from hpcdgnn.embed import _read_pairs
+from hpcdgnn.errors import DataError
+from tests.metrics.test_embed import _cli, _train
+
+
+@pytest.mark.parametrize(("text", "rows"), [
+    ("u,v,t\n0,1,5\n3,9,2\n", [[0, 1, 5], [3, 9, 2]]),  # pandas' to_csv(index=False)
+    ("u,v,t,score\n0,1,5,0.5\n3,9,2,0.25\n", [[0, 1, 5], [3, 9, 2]]),  # predict's own output
+    ("t v u\n5 1 0\n", [[0, 1, 5]]),  # named: read by name
+    ("src,dst,time\n0,1,5\n", [[0, 1, 5]]),  # three other names: in order
+    ("# pairs\n\nu,v,t\n0,1,5\n", [[0, 1, 5]]),
+])
+def test_a_header_line_of_names_is_skipped(tmp_path, text, rows):
+    path = tmp_path / "pairs.csv"
+    path.write_text(text)
+    assert _read_pairs(str(path)).tolist() == rows
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("0,1,5\n0,x,5\n", "line 2, column 2: 'x' is not a number"),
+    ("# c\nu,v,t,score\n0,1,5\n",
+     "line 2, column 1: 'u' is not a number; a header line names every column, one name each"),
+    ("0,1,5\n0,1\n", "line 2 has 2 columns, the lines before it 3"),
+    ("u,1,5\n", "line 1, column 1: 'u' is not a number"),
+])
+def test_a_line_that_is_not_numbers_is_named_from_1(tmp_path, text, said):
+    path = tmp_path / "pairs.csv"
+    path.write_text(text)
+    with pytest.raises(DataError) as e:
+        _read_pairs(str(path))
+    assert str(e.value) == f"--pairs {path}: {said}"
+
+
+def test_predict_s_output_scores_again(tmp_path, small_dataset):
+    """A pairs file with pandas' header, then predict's own output given back as --pairs: the same scores."""
+    run = _train(tmp_path, small_dataset, "full")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("u,v,t\n0,1,5\n3,9,2\n22,0,5\n")
+    for given, out in ((pairs, "first.csv"), (tmp_path / "first.csv", "again.csv")):
+        proc = _cli(tmp_path, "predict", run, "--pairs", given, "--output", tmp_path / out)
+        assert proc.returncode == 0, proc.stderr
+    first, again = ([dict(r) for r in csv.DictReader(open(tmp_path / name))] for name in ("first.csv", "again.csv"))
+    assert first == again and [r["u"] for r in first] == ["0", "3", "22"]
