@@ -150,7 +150,28 @@ def run_check(args: argparse.Namespace) -> int:
         ranks = predicted["by_rank"]
         print(f"predicted peak {mib(predicted['bytes'])} on the most loaded rank (planner: "
               + ", ".join(f"{k} {mib(v)}" for k, v in predicted["parts"].items()) + f"; rates {predicted['rates']})")
-        print("  by rank: " + " ".join(f"{r}:{b / 2**20:,.1f}" for r, b in enumerate(ranks)) + " MiB")
+        print("  by rank: " + _by_rank(ranks))
     return 0
+
+
+#: above this many ranks the by-rank memory line is summarised (the JSON keeps every rank's)
+_LISTED_RANKS = 8
+
+
+def _by_rank(ranks: list[float]) -> str:
+    """Each rank's predicted peak in MiB, ``r:MiB`` each up to :data:`_LISTED_RANKS` ranks, beyond that min,
+    median and max with the ranks that hold the extremes (one line a terminal shows whole at P = 1024).
+
+    Args:
+        ranks: bytes per rank, rank 0 first.
+    """
+    import numpy as np
+
+    if len(ranks) <= _LISTED_RANKS:
+        return " ".join(f"{r}:{b / 2**20:,.1f}" for r, b in enumerate(ranks)) + " MiB"
+    mib = np.asarray(ranks, dtype=np.float64) / 2**20
+    low, high = int(mib.argmin()), int(mib.argmax())
+    return (f"min {mib[low]:,.1f} (rank {low}), median {np.median(mib):,.1f}, max {mib[high]:,.1f} (rank {high}) "
+            f"MiB over {len(ranks)} ranks; --json lists each rank's")
 
 

@@ -154,3 +154,21 @@ def test_an_allocation_that_fails_in_check_names_the_job_s_size_keys(tmp_path, s
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hpcdgnn: error: check: out of memory (") and \
         "); lower model.hidden, model.layers, task.decoder_hidden" in err[0], err
+
+
+def test_the_memory_of_many_ranks_is_summarised(tmp_path, small_dataset, capsys):
+    """``check --ranks 200`` printed 200 ranks' memory on one line: beyond 8 ranks min, median and max (with the
+    ranks of the extremes); the JSON keeps every rank's."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={"name": "vertex"})
+    code, out, err = _check(capsys, job, "--ranks", 12, "--memory-per-rank", "1GiB")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("  by rank: "))
+    code, out, err = _check(capsys, job, "--ranks", 12, "--memory-per-rank", "1GiB", "--json")
+    ranks = [b / 2**20 for b in json.loads(out)["memory"]["predicted"]["by_rank"]]
+    assert len(ranks) == 12
+    low, high = ranks.index(min(ranks)), ranks.index(max(ranks))
+    median = sum(sorted(ranks)[5:7]) / 2
+    assert line == (f"  by rank: min {ranks[low]:,.1f} (rank {low}), median {median:,.1f}, max {ranks[high]:,.1f} "
+                    f"(rank {high}) MiB over 12 ranks; --json lists each rank's")
+    code, out, err = _check(capsys, job, "--ranks", 3, "--memory-per-rank", "1GiB")
+    assert "  by rank: 0:" in out and " 2:" in out
