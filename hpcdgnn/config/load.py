@@ -286,13 +286,45 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
     return raw
 
 
-def validate_job(job: JobConfig, file: str) -> None:
-    """Checks that need the outside world: the dataset directory exists (data-dependent rules: the plan)."""
+def validate_job(job: JobConfig, file: str, path_from_file: bool = True) -> None:
+    """Checks that need the outside world: the dataset directory exists (data-dependent rules: the plan).
+
+    A missing one is named with the working directory a relative path is read from, and, where ``data.path`` is
+    the file's own, the file's header when it shows how to prepare the dataset (:func:`_prepares`).
+
+    Args:
+        job: the loaded job.
+        file: the job file's path, as messages name it.
+        path_from_file: False where ``--set`` gave ``data.path`` (the header prepares the file's dataset).
+    """
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():
-        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {not_a_directory(job.data.path)}")
+        where = "" if Path(job.data.path).is_absolute() else f" (relative to the working directory {os.getcwd()})"
+        prepare = "" if Path(job.data.path).exists() or not path_from_file or not _prepares(file) else \
+            f"; prepare it first: see the header of {file}"
+        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {not_a_directory(job.data.path)}"
+                          f"{where}{prepare}")
     check_tensorboard(job, file)
+
+
+def _prepares(file: str) -> bool:
+    """Whether the job file's header comment (its leading ``#`` lines, as in ``jobs/examples/``) shows the
+    ``prepare`` (or ``generate``) command that writes its dataset: a missing dataset then points there.
+
+    Args:
+        file: the job file's path (a Python API job's name, no file, has no header).
+    """
+    try:
+        with open(file, encoding="utf-8") as f:
+            for line in f:
+                if not line.lstrip().startswith("#"):
+                    return False
+                if re.search(r"\bhpcdgnn (prepare|generate)\b", line):
+                    return True
+    except (OSError, UnicodeDecodeError):
+        pass
+    return False
 
 
 def check_tensorboard(job: JobConfig, file: str, own: str = "") -> None:
@@ -404,7 +436,7 @@ def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check
     try:
         job = _build(JobConfig, raw, "", file)
         if check_paths:
-            validate_job(job, file)
+            validate_job(job, file, override_of("data.path", overrides or []) is None)
     except ConfigError as e:  # a key --set gave (data.path included) is the override's fault, not the file's
         raise ConfigError(blame_override(str(e), file, overrides or [])) from None
     finally:

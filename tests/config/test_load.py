@@ -461,3 +461,24 @@ def test_a_key_set_twice_is_refused(tmp_path, small_dataset, overrides, said):
         load_job(_job(tmp_path, small_dataset, ""), overrides)
     assert str(e.value) == said + "; give each key once"
     assert load_job(_job(tmp_path, small_dataset, ""), ["train.epochs=2", "train.lr=0.1"]).train.epochs == 2
+
+
+def test_a_missing_dataset_says_where_it_was_looked_for_and_how_to_prepare_it(tmp_path, monkeypatch):
+    """A missing data.path said only that it does not exist: now the working directory a relative path is read
+    from, and the job file's header where it holds the prepare command (as jobs/examples/ do)."""
+    monkeypatch.chdir(tmp_path)
+    bare, documented = tmp_path / "bare.yaml", tmp_path / "documented.yaml"
+    bare.write_text("data: {path: inputs/ds}\n")
+    documented.write_text("# Data: prepared by\n#   python -m hpcdgnn prepare raw.txt --output inputs/ds\n"
+                          "data: {path: inputs/ds}\n")
+    here = f"dataset directory 'inputs/ds' does not exist (relative to the working directory {tmp_path})"
+    for job, overrides, said in (
+            (bare, [], f"{bare}: data.path: {here}"),
+            (documented, [], f"{documented}: data.path: {here}; prepare it first: see the header of {documented}"),
+            # a path --set gave is not the one the header prepares
+            (documented, ["data.path=inputs/ds"], f"--set data.path: {here}"),
+            (documented, [f"data.path={tmp_path / 'ds'}"],
+             f"--set data.path: dataset directory '{tmp_path / 'ds'}' does not exist")):
+        with pytest.raises(ConfigError) as e:
+            load_job(job, overrides)
+        assert str(e.value) == said
