@@ -11,7 +11,7 @@
 #   HPCDGNN_PYTHON, HPCDGNN_SETUP, HPCDGNN_VENV: see jobs/lib.sh
 # The launcher is hpcdgnn-mpirun's (hpcdgnn/launch.py): for Open MPI it sets OMPI_ALLOW_RUN_AS_ROOT=1
 # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when run as root, adds --oversubscribe when NP exceeds the cores and
-# --bind-to none unless MPI_FLAGS bind (docs/jobs.md).
+# --bind-to none unless MPIRUN_FLAGS bind (docs/jobs.md).
 # kill -USR1 (or Ctrl-C) stops at the next epoch boundary (or between two batches) with a checkpoint and exit code 75;
 # run again with RUNDIR=<that directory> to resume; a second Ctrl-C stops at once, without that checkpoint (exit 130).
 # Paths are relative to the repository root.
