@@ -24,6 +24,9 @@ gone with the launcher however it ends, whose link's text, a token of this launc
 :data:`~hpcdgnn.preemption.RELAYED_NAME_VAR`), so that the run's line says what was sent, not SIGUSR1; a second one
 stops the job at once, the way its MPI's launcher does (:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM
 when the launcher dies (killed outright), so no job trains on without it.
+
+After Open MPI's notice that "one or more processes exited with non-zero status", which follows every exit 2 (a
+one-line error) and 75 (a clean stop) of hpcdgnn's ranks, it says in one line that the notice is expected.
 """
 
 from __future__ import annotations
@@ -349,10 +352,42 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
             return 127
-        return relay_signals(proc, early, kind, note)
+        rc = relay_signals(proc, early, kind, note)
+        said = _after_the_block(rc, kind, args)
+        if said:
+            sys.stderr.write(f"hpcdgnn-mpirun: {said}\n")
+        return rc
     finally:
         if note:
             note.close()
+
+
+def _after_the_block(rc: int, kind: str, args: list[str]) -> str | None:
+    """The line that follows Open MPI's 7-line "prterun detected that one or more processes exited with non-zero
+    status" block where hpcdgnn's ranks ended it on purpose, else None: exit 2 (each rank's one-line error above it)
+    or 75 (a clean stop with a checkpoint), which read as a crash without it. Open MPI has no option that drops
+    that block alone: ``prte_execute_quiet`` is for every error and help message of the launcher, and
+    ``state_base_error_non_zero_exit=0`` would leave the other ranks running; so the launcher says it.
+
+    Args:
+        rc: mpirun's status: the first non-zero status of a rank (prterun's own failures exit otherwise: 1, 183,
+            213, …).
+        kind: the MPI (:func:`mpi_kind`); only Open MPI prints that block.
+        args: the launch's arguments: the note is for hpcdgnn's commands (``python -m hpcdgnn ...``, ``hpcdgnn``)
+            only, whose 2 and 75 mean what it says.
+    """
+    pairs = zip(args, args[1:], strict=False)
+    runs_hpcdgnn = any(a == "-m" and b.partition(".")[0] == "hpcdgnn" for a, b in pairs) or any(
+        os.path.basename(a) == "hpcdgnn" for a in args)
+    if kind != "openmpi" or not runs_hpcdgnn:
+        return None
+    if rc == 2:
+        return ("exit 2: the ranks' one-line error above says what to fix; Open MPI's notice of a non-zero exit "
+                "is expected, not a crash")
+    if rc == EXIT_PREEMPTED:
+        return (f"exit {EXIT_PREEMPTED} is a clean stop (the ranks' line above says what they kept); Open MPI's "
+                "notice of a non-zero exit is expected, not a crash")
+    return None
 
 
 def _stop_printing(signum: int, frame: object) -> None:

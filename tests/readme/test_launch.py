@@ -547,3 +547,34 @@ def test_a_ctrl_c_while_print_asks_mpirun_its_version_is_one_line(tmp_path):
             proc.kill()
     assert proc.returncode == 130 and err == "hpcdgnn-mpirun: SIGINT: stopped, nothing printed\n", (out, err)
     assert out == ""
+
+
+@pytest.mark.mpi  # hpcdgnn-mpirun -np 2, twice
+def test_a_one_line_error_is_followed_by_a_line_after_open_mpi_s_notice(tmp_path):
+    """Open MPI's 7-line "prterun detected that one or more processes exited with non-zero status" block after
+    the ranks' one-line error (exit 2) or clean stop (75) read as a crash: the launcher says after it that it is
+    expected; after another program's exit it says nothing."""
+    if launch.mpi_kind(launch.find_mpirun() or "mpirun") != "openmpi":
+        pytest.skip("the block is Open MPI's")
+    out = run_launched([*_console(), "-np", "2", sys.executable, "-m", "hpcdgnn", "check", str(tmp_path / "no.yaml")],
+                       env=_env(), timeout=120, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "prterun detected that one or more processes exited" in out.stderr, out.stderr
+    assert lines[-1] == ("hpcdgnn-mpirun: exit 2: the ranks' one-line error above says what to fix; Open MPI's "
+                         "notice of a non-zero exit is expected, not a crash"), out.stderr
+    other = run_launched([*_console(), "-np", "2", sys.executable, "-c", "import sys; sys.exit(2)"], env=_env(),
+                         timeout=120, cwd=tmp_path)
+    assert other.returncode == 2 and "hpcdgnn-mpirun:" not in other.stderr, other.stderr
+
+
+@pytest.mark.parametrize(("rc", "kind", "args", "said"), [
+    (75, "openmpi", ["-np", "2", "python", "-m", "hpcdgnn", "run", "j.yaml"], "exit 75 is a clean stop"),
+    (2, "openmpi", ["-np", "2", "/venv/bin/hpcdgnn", "embed", "r"], "exit 2: the ranks' one-line error"),
+    (1, "openmpi", ["-np", "2", "python", "-m", "hpcdgnn", "run", "j.yaml"], None),  # a crash: the block is apt
+    (75, "mpich", ["-np", "2", "python", "-m", "hpcdgnn", "run", "j.yaml"], None),  # Hydra prints no such block
+    (2, "openmpi", ["-np", "2", "python", "mine.py"], None),
+])
+def test_the_line_after_the_block_is_for_hpcdgnn_s_2_and_75_under_open_mpi(rc, kind, args, said):
+    """Only hpcdgnn's commands mean by 2 and 75 what the line says, and only Open MPI prints the block."""
+    line = launch._after_the_block(rc, kind, args)
+    assert line is None if said is None else line.startswith(said), line
