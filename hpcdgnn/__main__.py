@@ -348,16 +348,19 @@ class _JobStop:
                     return self._leave(sent + self._send(("done", written), peers), written)
             elif time.monotonic() > deadline:
                 if own and own[0] == self.rank:
-                    said, left = written, None
+                    left = None
                     if embed is not None and 0 not in everyone and 0 not in finished:  # its temporary is still there
                         placed, left = embed.left_by_rank_0(None if node0 == self.node else node0, making)
-                        said = said or (None if placed is None else str(placed))
-                    self._say(mine[0], said, left)
+                        written = written or (None if placed is None else str(placed))
+                    self._say(mine[0], written, left)
+                    # the line is out: the others follow this word — a stop called off where rank 0 had put the
+                    # file in place meanwhile, else their exit; a rank whose thread runs late (the abort's SIGTERM
+                    # wakes it) leaves without another line
+                    MPI.Request.Waitall(self._send(("done", written)))
+                elif own and time.monotonic() < deadline + _STOP_GRACE_S / 5:
+                    continue  # the speaker's word is coming, and may call the stop off
                 if written is not None:  # every main thread can complete: no rank is left waiting
                     return self._leave(sent, written)
-                if own and own[0] == self.rank:  # the line is out: a rank whose thread runs late (the abort's
-                    # SIGTERM wakes it) leaves without another
-                    MPI.Request.Waitall(self._send(("done", None)))
                 self.world.Abort(EXIT_PASS_STOPPED)
 
     def _leave(self, sent: list, written: str | None) -> None:

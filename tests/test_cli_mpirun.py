@@ -498,6 +498,52 @@ def test_a_stop_while_rank_0_holds_the_gil_leaves_no_temporary(launcher, trained
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == [], list(tmp_path.iterdir())
 
 
+#: ``python -m hpcdgnn`` whose rank 0 holds the GIL (signals blocked, as inside HDF5's C code) for 14 s right after
+#: it renamed the complete output into place
+_GIL_HELD_PLACED = """
+import ctypes, os, signal, sys
+import hpcdgnn.embed as embed
+rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
+open(os.path.join(MARK, "pid." + rank), "w").write(str(os.getpid()))
+real = embed._into_place
+def placed(*args):
+    real(*args)
+    open(os.path.join(MARK, "held"), "a").close()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1})
+    ctypes.PyDLL(None).sleep(14)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1})
+embed._into_place = placed
+from hpcdgnn.__main__ import main
+sys.exit(main())
+"""
+
+
+def test_a_stop_that_finds_the_output_placed_after_the_grace_is_called_off(launcher, trained, tmp_path):
+    """embed on 2 ranks, rank 1 signalled while rank 0, its file renamed into place, holds the GIL past the grace:
+    rank 1's line said 'SIGTERM came after z.h5 was written; the file is complete', then MPI_Abort (130). Now the
+    line and the exit agree: the stop is called off, the file stays, every rank exits 0."""
+    mark, out = tmp_path / "mark", tmp_path / "z.h5"
+    mark.mkdir()
+    cmd = launcher.command(2, ["-c", _GIL_HELD_PLACED.replace("MARK", repr(str(mark))), "embed", str(trained),
+                               "--split", "all", "--output", str(out)])
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
+                          start_new_session=True) as proc:
+        try:
+            deadline = time.monotonic() + 120
+            while not (mark / "held").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert out.exists(), "rank 0 never put z.h5 in place"
+            os.kill(int((mark / "pid.1").read_text()), signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert [ln for ln in err.splitlines() if ln.startswith("hpcdgnn: ")] == [
+        f"hpcdgnn: embed: SIGTERM came after {out} was written; the file is complete"], err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == ["z.h5"]
+
+
 #: ``python -m hpcdgnn`` whose first gathered step drops a SIGTERM's exception: the handler runs inside a
 #: ``__del__`` (as inside a weakref callback of the interpreter's), where Python prints the exception and goes on
 _DROPPED = """
