@@ -26,7 +26,8 @@ stops the job at once, the way its MPI's launcher does (:data:`STOP_AT_ONCE`). O
 when the launcher dies (killed outright), so no job trains on without it.
 
 After Open MPI's notice that "one or more processes exited with non-zero status", which follows every exit 2 (a
-one-line error) and 75 (a clean stop) of hpcdgnn's ranks, it says in one line that the notice is expected.
+one-line error) and 75 (a clean stop) of hpcdgnn's ranks, it says in one line that the notice is expected; a 75's
+line it leaves to a caller that prints its own (:data:`STOP_SAID_VAR`: jobs/lib.sh, whose line says how to go on).
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class Launch:
         return [*prefix, *self.argv]
 
 
+#: set (non-empty) by a caller that says after a clean stop (exit 75) itself that Open MPI's notice of a non-zero exit
+#: is expected, with what the user does next (jobs/lib.sh, with the run directory to go on from): one such line, not two
+STOP_SAID_VAR = "HPCDGNN_MPIRUN_STOP_SAID"
 #: set in what hpcdgnn-mpirun starts (its pid), so that it refuses to be started by itself
 _ACTIVE = "HPCDGNN_MPIRUN_ACTIVE"
 #: what a launched rank's environment holds (Open MPI, PMIx, MPICH / Intel MPI)
@@ -354,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             return 127
         rc = relay_signals(proc, early, kind, note)
         said = _after_the_block(rc, kind, args)
-        if said:
+        if said and not (rc == EXIT_PREEMPTED and os.environ.get(STOP_SAID_VAR)):
             sys.stderr.write(f"hpcdgnn-mpirun: {said}\n")
         return rc
     finally:

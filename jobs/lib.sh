@@ -653,7 +653,9 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
   _hpcdgnn_launching=1 _hpcdgnn_launched=1  # a trap between the fork and the next line finds no child, yet one runs
-  HPCDGNN_MPIRUN_RELAYED=$_hpcdgnn_note HPCDGNN_MPIRUN_RELAYED_NAME=$_hpcdgnn_note_link \
+  # HPCDGNN_MPIRUN_STOP_SAID: hpcdgnn_exit says after a clean stop that the launcher's notice is expected, with how
+  # to go on; hpcdgnn-mpirun (local.sh's launcher) then leaves that line to it
+  HPCDGNN_MPIRUN_RELAYED=$_hpcdgnn_note HPCDGNN_MPIRUN_RELAYED_NAME=$_hpcdgnn_note_link HPCDGNN_MPIRUN_STOP_SAID=1 \
     "${HPCDGNN_LAUNCH[@]}" "$HPCDGNN_PY" "${args[@]}" &
   _hpcdgnn_child=$!
   _hpcdgnn_launching=

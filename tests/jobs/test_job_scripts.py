@@ -1165,7 +1165,9 @@ def _local_after_one_epoch(launcher, job, rundir, tmp_path) -> subprocess.Popen:
 
 def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dataset, tmp_path):
     """Ctrl-C at a terminal signals the whole foreground process group: mpirun, in it, exited 1 at once (Open MPI
-    5), losing the hint; now the launcher's mpirun has a group of its own, and the run checkpoints, exit 75."""
+    5), losing the hint; now the launcher's mpirun has a group of its own, and the run checkpoints, exit 75.
+    After Open MPI's notice of a non-zero exit one line says the stop is clean: the script's, which names how to go
+    on (hpcdgnn-mpirun printed one of its own as well)."""
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
     rundir = tmp_path / "run"
     proc = _local_after_one_epoch(launcher, job, rundir, tmp_path)
@@ -1173,6 +1175,10 @@ def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dat
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_PREEMPTED, out
     assert f"resume with --resume {rundir}" in out and 1 <= len(read_metrics(rundir)) < 400, out
+    notes = [line for line in out.splitlines() if "a clean stop" in line]
+    assert notes == ["hpcdgnn-job: exit 75 is a clean stop (a launcher's notice of a non-zero exit above is "
+                     "expected)"], out
+    assert f"go on with RUNDIR={rundir} and the same command" in out, out
 
 
 def test_a_sigterm_to_the_local_script_alone_is_named(launcher, small_dataset, tmp_path):
