@@ -495,9 +495,27 @@ def pairs_of(pairs: Any, where: str = "pairs") -> np.ndarray:
         raise DataError(f"{where}: want (K, 3) integer rows u, v, t ({str(e).strip().splitlines()[0]})") from None
 
 
-def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: int) -> np.ndarray:
+def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: int,
+                   lines: np.ndarray | None = None) -> np.ndarray:
     """(K, 3) int64 rows (u, v, t) of ``pairs`` (read from ``where``: ``--pairs FILE``, or ``pairs`` given as
-    data); a bad row is one line naming ``where`` and the row."""
+    data); a bad row is one line naming ``where`` and the row: by its line in a text file, counted from 1 as editors
+    do (a header, comments and blank lines make it differ from the row's index), else by its index from 0.
+
+    Args:
+        pairs: the rows, as :func:`pairs_of` or :func:`_read_pairs` gives them.
+        where: what they are called in a message.
+        num_vertices: the dataset's vertex count (u, v below it).
+        num_steps: its step count (t below it).
+        lines: each row's line in its text file (from 1), or None (in-memory rows, a ``.npy`` file).
+
+    Shapes:
+        pairs: (K, 3); lines: (K,).
+    """
+    def row(i: int) -> str:
+        if lines is not None:
+            return f"line {int(lines[i])}"
+        return f"row {i}" + ("" if where == "pairs" else " (from 0)")  # "pairs": the Python API's own array
+
     if pairs.size == 0:
         raise DataError(f"{where}: no (u, v, t) rows in it")
     if pairs.ndim != 2 or pairs.shape[1] != 3:
@@ -505,26 +523,32 @@ def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: 
     if not np.issubdtype(pairs.dtype, np.integer):
         whole = np.isfinite(pairs) & (pairs == np.round(pairs))  # NaN and ±inf are not
         if not whole.all():
-            raise DataError(f"{where}: row {int(np.flatnonzero(~whole.all(1))[0])}: u, v, t must be integers")
+            raise DataError(f"{where}: {row(int(np.flatnonzero(~whole.all(1))[0]))}: u, v, t must be integers")
     for col, name, bound in ((0, "u", num_vertices), (1, "v", num_vertices), (2, "t", num_steps)):
         # checked before the cast to int64: a value past it (2**63, 1e30) would wrap to a negative one
         bad = np.flatnonzero((pairs[:, col] < 0) | (pairs[:, col] >= bound))
         if bad.size:
-            raise DataError(f"{where}: row {int(bad[0])}: {name} = {int(pairs[bad[0], col])} is outside "
+            raise DataError(f"{where}: {row(int(bad[0]))}: {name} = {int(pairs[bad[0], col])} is outside "
                             f"0 .. {bound - 1}")
     return pairs.astype(np.int64)
 
 
-def _read_pairs(path: str) -> np.ndarray:
-    """The rows of a ``--pairs`` file (``.npy``, or text of three columns) as they are written.
+def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows of a ``--pairs`` file (``.npy``, or text of three columns) as they are written, and each row's line.
 
     A text file's first line may name its columns (every field a name, one per column, as pandas writes ``u,v,t``):
     it is skipped, and where it names ``u``, ``v`` and ``t`` those columns are read, so ``predict``'s own
     ``u,v,t,score`` output is read back as its pairs. A line that is not numbers is one line naming it and its
-    column, both counted from 1.
+    column, both counted from 1; :func:`_checked_pairs` names a bad row by the same line numbers.
 
     Args:
         path: the ``--pairs`` file.
+
+    Returns:
+        The rows, and for a text file the line (from 1) each came from, else None.
+
+    Shapes:
+        rows: (K, C) (C = 3 unless the file has another column count); lines: (K,).
     """
     from hpcdgnn.data.prepare._common import _is_number as numeric
 
@@ -568,7 +592,9 @@ def _read_pairs(path: str) -> np.ndarray:
     except (OSError, ValueError) as e:
         why = isinstance(e, ValueError) and first_bad(lines) or f"unreadable ({str(e).strip().splitlines()[0]})"
         raise DataError(f"--pairs {path}: {why}") from None
-    return pairs_of(pairs, f"--pairs {path}")
+    # the lines loadtxt read a row from: those with a field outside a comment (the header's is blanked above)
+    numbers = np.array([n for n, line in enumerate(lines, 1) if fields(line)], dtype=np.int64) if lines else None
+    return pairs_of(pairs, f"--pairs {path}"), numbers
 
 
 def run_predict(args: argparse.Namespace, comm) -> int:
@@ -625,8 +651,8 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
                                                                     else _SUFFIXES)
         if pairs_task:
             manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
-            rows = _read_pairs(args.pairs) if isinstance(args.pairs, str) else pairs_of(args.pairs)
-            kept["pairs"] = _checked_pairs(rows, where, manifest.num_vertices, manifest.num_snapshots)
+            rows, lines = _read_pairs(args.pairs) if isinstance(args.pairs, str) else (pairs_of(args.pairs), None)
+            kept["pairs"] = _checked_pairs(rows, where, manifest.num_vertices, manifest.num_snapshots, lines)
 
     tr = open_trained(args.rundir, comm, "predict", args.set or [], before)
     # rank 0's rows, and what they are called: a later refusal every rank raises names them as rank 0 was given

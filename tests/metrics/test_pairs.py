@@ -1,13 +1,14 @@
 """``predict --pairs FILE``: a header line of column names (pandas' ``u,v,t``, predict's own ``u,v,t,score``) is
-read as such, and a line that is not numbers is named by line and column counted from 1."""
+read as such, and a line that is not numbers, or a row out of range, is named by its line counted from 1."""
 
 from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
-from hpcdgnn.embed import _read_pairs
+from hpcdgnn.embed import _checked_pairs, _read_pairs, pairs_of
 from hpcdgnn.errors import DataError
 from tests.metrics.test_embed import _cli, _train
 
@@ -22,7 +23,7 @@ from tests.metrics.test_embed import _cli, _train
 def test_a_header_line_of_names_is_skipped(tmp_path, text, rows):
     path = tmp_path / "pairs.csv"
     path.write_text(text)
-    assert _read_pairs(str(path)).tolist() == rows
+    assert _read_pairs(str(path))[0].tolist() == rows
 
 
 @pytest.mark.parametrize(("text", "said"), [
@@ -38,6 +39,34 @@ def test_a_line_that_is_not_numbers_is_named_from_1(tmp_path, text, said):
     with pytest.raises(DataError) as e:
         _read_pairs(str(path))
     assert str(e.value) == f"--pairs {path}: {said}"
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("# pairs\nu,v,t\n0,1,5\n\n0,99,5\n", "line 5: v = 99 is outside 0 .. 22"),
+    ("u,v,t,score\n0,1,5,0.5\n# kept\n3,9,2.5,0.25\n", "line 4: u, v, t must be integers"),
+    ("t v u\n9 1 0\n", "line 2: t = 9 is outside 0 .. 6"),
+    ("0 1 5\n0 1 7\n", "line 2: t = 7 is outside 0 .. 6"),
+])
+def test_a_bad_row_of_a_file_is_named_by_its_line(tmp_path, text, said):
+    """A row out of range was named "row N" counting data rows from 0, while a line that is not numbers is named
+    by its line from 1: with a header or comments the two numbers named different lines. A file's row is its
+    line; a .npy's its index, said to count from 0; in-memory rows (the Python API's) keep their index."""
+    path = tmp_path / "pairs.csv"
+    path.write_text(text)
+    with pytest.raises(DataError) as e:
+        _checked(path)
+    assert str(e.value) == f"--pairs {path}: {said}"
+    np.save(tmp_path / "p.npy", np.array([[0, 1, 5], [0, 99, 5]]))
+    with pytest.raises(DataError, match=r"^--pairs \S+p\.npy: row 1 \(from 0\): v = 99 is outside 0 \.\. 22$"):
+        _checked(tmp_path / "p.npy")
+    with pytest.raises(DataError, match=r"^pairs: row 1: v = 99 is outside 0 \.\. 22$"):
+        _checked_pairs(pairs_of([[0, 1, 5], [0, 99, 5]]), "pairs", 23, 7)
+
+
+def _checked(path):
+    """``predict --pairs PATH``'s reading and check, for a dataset of 23 vertices and 7 steps."""
+    rows, lines = _read_pairs(str(path))
+    return _checked_pairs(rows, f"--pairs {path}", 23, 7, lines)
 
 
 def test_predict_s_output_scores_again(tmp_path, small_dataset):
