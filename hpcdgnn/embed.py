@@ -65,7 +65,8 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
                    help="a new file: .csv for --pairs; .h5 / .hdf5 / .npz for node targets")
     p.add_argument("--pairs", metavar="FILE",
                    help="link prediction: (u, v, t) rows to score, a .npy (K, 3) integer array or a text file of "
-                   "three integer columns (comma or blank separated, '#' comments)")
+                   "three integer columns (comma or blank separated, '#' comments); a first line of column names "
+                   "(u,v,t) is read as a header, so predict's own u,v,t,score output can be given back")
     p.add_argument("--split", choices=PASS_SPLITS, default="test", action=_SplitGiven,
                    help="node tasks: the steps to predict (default test); --pairs names each pair's t instead")
     p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",

@@ -1181,6 +1181,14 @@ def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dat
     assert f"go on with RUNDIR={rundir} and the same command" in out, out
 
 
+def test_the_jobs_doc_says_who_prints_the_line_after_open_mpi_s_notice():
+    """docs/jobs.md said only that Open MPI's notice after a 2 or a 75 is expected: not that hpcdgnn-mpirun prints a
+    line after it, nor that under the job scripts their own line after a 75 says so instead."""
+    doc = " ".join((REPO / "docs" / "jobs.md").read_text().split())
+    assert "`hpcdgnn-mpirun` prints one line after that block" in doc, "docs/jobs.md"
+    assert "`HPCDGNN_MPIRUN_STOP_SAID=1`" in doc and "HPCDGNN_MPIRUN_STOP_SAID=1" in (JOBS / "lib.sh").read_text()
+
+
 def test_a_sigterm_to_the_local_script_alone_is_named(launcher, small_dataset, tmp_path):
     """``kill -TERM <pid of local.sh>`` (the script alone, not its process group): the script passes it to
     hpcdgnn-mpirun as SIGUSR1, and the run's line said "pre-empted (SIGUSR1)", a signal nobody sent; it names the

@@ -79,3 +79,19 @@ def test_predict_s_output_scores_again(tmp_path, small_dataset):
         assert proc.returncode == 0, proc.stderr
     first, again = ([dict(r) for r in csv.DictReader(open(tmp_path / name))] for name in ("first.csv", "again.csv"))
     assert first == again and [r["u"] for r in first] == ["0", "3", "22"]
+
+
+def test_the_help_and_results_doc_say_a_header_is_read_and_predict_s_output_given_back():
+    """``--pairs``' help and docs/results.md described a file of three integer columns only, though a header line
+    of names is read and predict's own ``u,v,t,score`` output can be given back."""
+    import argparse
+
+    from hpcdgnn.embed import add_predict_arguments
+    from tests.conftest import REPO
+
+    parser = argparse.ArgumentParser()
+    add_predict_arguments(parser)
+    helped = " ".join(next(a.help for a in parser._actions if a.dest == "pairs").split())
+    assert "column names (u,v,t) is read as a header" in helped and "u,v,t,score output can be given back" in helped
+    doc = " ".join((REPO / "docs" / "results.md").read_text().split())
+    assert "is read as a header" in doc and "`u,v,t,score` output can be given back as `--pairs`" in doc
