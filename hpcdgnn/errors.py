@@ -42,13 +42,29 @@ def cannot_create(path: str | Path) -> str | None:
     return None if os.access(there, os.W_OK | os.X_OK) else f"{there} is not writable"
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux (4.7+) shows it in ``/proc/self/status``.
+
+    Setting it to read it back (``os.umask``, the only portable way) changes it for every thread a moment: a file
+    the prefetch or a writer thread creates then gets the wrong mode. That way is left for systems without the line.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def umask_mode(path: str | Path) -> None:
     """Give ``path``, made by mkdtemp or mkstemp (0700 / 0600), the mode a plain mkdir or open would (0777 / 0666
     less the umask): what a user writes is readable by whom the umask lets read it (a group sharing a file system)."""
-    umask = os.umask(0o022)  # read it back; no other way to query it portably
-    os.umask(umask)
     path = Path(path)
-    path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+    path.chmod((0o777 if path.is_dir() else 0o666) & ~_umask())
 
 
 def out_of_memory(e: BaseException) -> str | None:

@@ -113,3 +113,51 @@ def test_the_temporary_of_a_killed_write_is_removed_and_nothing_else(tmp_path):
     remove_temporaries(tmp_path, ["summary.json", "metrics.jsonl"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, ".summary.json.tmp-abcdefgh", *theirs])
     assert path.read_text() == "old\n"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077, 0o027, 0o000], ids=oct)
+def test_the_mode_follows_the_umask_without_setting_it(tmp_path, monkeypatch, umask):
+    """Setting the umask to read it back changed it for every thread a moment (a file the prefetch thread made then
+    got the wrong mode): where /proc shows it, it is read there and never set."""
+    if not os.path.exists("/proc/self/status") or "Umask:" not in open("/proc/self/status").read():
+        pytest.skip("no Umask line in /proc/self/status")
+    before = os.umask(umask)
+    calls = []
+    try:
+        monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or umask)
+        with atomic_write(tmp_path / "a.json") as f:
+            f.write("{}\n")
+        (tmp_path / "d").mkdir()
+        from hpcdgnn.errors import umask_mode
+
+        umask_mode(tmp_path / "d")
+    finally:
+        monkeypatch.undo()
+        os.umask(before)
+    assert calls == []
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o777 & ~umask
+
+
+def test_without_proc_the_umask_is_read_by_setting_it_back(tmp_path, monkeypatch):
+    import builtins
+
+    from hpcdgnn.errors import umask_mode
+
+    real_open = builtins.open
+
+    def no_proc(file, *args, **kwargs):
+        if str(file).startswith("/proc/"):
+            raise FileNotFoundError(file)
+        return real_open(file, *args, **kwargs)
+
+    before = os.umask(0o027)
+    try:
+        monkeypatch.setattr(builtins, "open", no_proc)
+        (tmp_path / "f").write_bytes(b"")
+        umask_mode(tmp_path / "f")
+        assert os.umask(0o027) == 0o027  # put back as it was
+    finally:
+        monkeypatch.undo()
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "f").stat().st_mode) == 0o640
