@@ -19,7 +19,7 @@ from typing import IO
 
 from hpcdgnn.errors import umask_mode
 
-__all__ = ["atomic_write", "remove_temporaries", "sync_directory"]
+__all__ = ["atomic_write", "keep_as", "remove_temporaries", "sync_directory"]
 
 #: what ``link`` says on a file system without hard links (vfat, some FUSE and object-store mounts)
 _UNSUPPORTED = frozenset({errno.EPERM, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
@@ -102,6 +102,26 @@ def _link_new(tmp: Path, path: Path) -> None:
             raise
         return
     tmp.unlink()
+
+
+def keep_as(path: str | Path, copy: str | Path) -> None:
+    """Give the file ``path`` the second name ``copy`` (what is there goes), before :func:`atomic_write` replaces
+    ``path``: renaming ``path`` aside instead would leave no file at ``path`` until the new one is renamed in, and a
+    crash then none at all. A hard link where the file system has them, else a copy written by :func:`atomic_write`.
+
+    Args:
+        path: the file to keep, which stays where it is.
+        copy: its second name, in the same directory.
+    """
+    copy = Path(copy)
+    copy.unlink(missing_ok=True)  # a record left by an earlier try: link refuses an existing name
+    try:
+        os.link(path, copy)
+    except OSError as e:
+        if e.errno not in _UNSUPPORTED:
+            raise
+        with atomic_write(copy, "wb") as f:
+            f.write(Path(path).read_bytes())
 
 
 def sync_directory(directory: str | Path) -> None:

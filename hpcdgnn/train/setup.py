@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from hpcdgnn import preemption
-from hpcdgnn.atomic import atomic_write, remove_temporaries
+from hpcdgnn.atomic import atomic_write, keep_as, remove_temporaries
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import cpu_affinity, cuda_seen, memory_share, node_cpu_sets, select_device
 from hpcdgnn.comm.world import name_ranks
@@ -578,8 +578,8 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: di
         f.write(text)
         if epoch and path.is_file() and path.read_bytes() != text.encode():
             f.flush()
-            os.fsync(f.fileno())  # the new plan on disk before the old one moves aside: a full disk keeps plan.json
-            os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
+            os.fsync(f.fileno())  # a full disk fails here, before the old plan is kept under a name of its own
+            keep_as(path, run_dir / f"plan.before-epoch-{epoch}.json")
 
 
 def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
