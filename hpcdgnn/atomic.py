@@ -19,7 +19,7 @@ from typing import IO
 
 from hpcdgnn.errors import umask_mode
 
-__all__ = ["atomic_write", "keep_as", "remove_temporaries", "sync_directory"]
+__all__ = ["atomic_write", "keep_as", "remove_temporaries", "sync_directory", "sync_path"]
 
 #: what ``link`` says on a file system without hard links (vfat, some FUSE and object-store mounts)
 _UNSUPPORTED = frozenset({errno.EPERM, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
@@ -42,8 +42,7 @@ def atomic_write(path: str | Path, mode: str = "w", replace: bool = True) -> Ite
     KeyboardInterrupt, a full disk that only ``fsync`` reports, as NFS does) removes the temporary and leaves
     ``path`` as it was. The file is synced before the rename and the directory after it: a rename that reaches
     the disk before the data would leave an empty file after a node crash, where a resume then finds an empty
-    checkpoint or ``config.resolved.yaml``. Both syncs together cost well under a millisecond for a small file on
-    a local disk, against the seconds any of these writes is for.
+    checkpoint or ``config.resolved.yaml``.
 
     Args:
         path: the file to write; its directory must exist.
@@ -124,6 +123,29 @@ def keep_as(path: str | Path, copy: str | Path) -> None:
             f.write(Path(path).read_bytes())
 
 
+def sync_path(path: str | Path, strict: bool) -> None:
+    """``fsync`` the file or directory ``path`` by name: one written and closed (h5py's file has no descriptor to
+    sync), or a directory whose entries are to reach the disk.
+
+    Args:
+        path: the file or directory.
+        strict: raise what opening or syncing it raised (a file's data: a full disk or quota that NFS reports only
+            here); False ignores it (:func:`sync_directory`'s best effort).
+
+    Raises:
+        OSError: only with ``strict``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        if strict:
+            raise
+
+
 def sync_directory(directory: str | Path) -> None:
     """``fsync`` ``directory``, so that the renames, creations and removals of names in it so far outlive a node
     crash: a rename is on disk only once its directory is synced, and a later step that counts on it (a file
@@ -133,18 +155,13 @@ def sync_directory(directory: str | Path) -> None:
     Args:
         directory: the directory whose entries are to reach the disk.
     """
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    sync_path(directory, strict=False)
 
 
 def remove_temporaries(directory: str | Path, names: Iterable[str]) -> None:
     """Remove from ``directory`` the temporaries :func:`atomic_write` made for its files ``names`` and a killed
-    process (SIGKILL, a node's crash) left: ``.NAME.tmp-`` and mkstemp's 8 characters, a plain file. The old fixed
-    names were overwritten by the next write; mkstemp's are new each time and stay for ever. Nothing else goes: not
+    process (SIGKILL, a node's crash) left: ``.NAME.tmp-`` and mkstemp's 8 characters, a plain file. mkstemp's
+    names are new each time, so no later write replaces one and each would stay for ever. Nothing else goes: not
     a user's file of another name or shape, not a temporary of another file. The caller holds what keeps every
     other writer of these files out (a run's ``run.lock``), or it could remove a write under way. Best effort: one
     that cannot be removed is left.

@@ -161,3 +161,27 @@ def test_without_proc_the_umask_is_read_by_setting_it_back(tmp_path, monkeypatch
         monkeypatch.undo()
         os.umask(before)
     assert stat.S_IMODE((tmp_path / "f").stat().st_mode) == 0o640
+
+
+def test_sync_path_syncs_a_file_or_directory_and_raises_only_when_strict(tmp_path, monkeypatch):
+    """One helper for the dataset writer's files (a failed sync is a failed write) and the directories (best
+    effort), which two near-copies did before."""
+    from hpcdgnn.atomic import sync_directory, sync_path
+
+    log = SyncLog(monkeypatch)
+    (tmp_path / "shard.h5").write_bytes(b"data")
+    sync_path(tmp_path / "shard.h5", strict=True)
+    sync_directory(tmp_path)
+    ino = [(st.st_dev, st.st_ino) for st in (os.stat(tmp_path / "shard.h5"), os.stat(tmp_path))]
+    assert [(what, i) for what, i, _ in log.events] == [("sync", ino[0]), ("dir-sync", ino[1])]
+
+    def refused(fd):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(OSError, match="quota"):
+        sync_path(tmp_path / "shard.h5", strict=True)
+    sync_path(tmp_path / "shard.h5", strict=False)
+    sync_directory(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        sync_path(tmp_path / "gone", strict=True)

@@ -32,13 +32,14 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import h5py
 import numpy as np
 
-from hpcdgnn.atomic import sync_directory
+from hpcdgnn.atomic import sync_directory, sync_path
 from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
@@ -363,15 +364,6 @@ def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None
 _SYNC_THREADS = 16
 
 
-def _sync_file(path: str) -> None:
-    """``fsync`` the file ``path`` (written and closed: h5py's file has no descriptor to sync)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sync_tree(tmp: Path) -> None:
     """``fsync`` every file under ``tmp``, then each directory (``shards/`` before ``tmp``).
 
@@ -389,7 +381,7 @@ def _sync_tree(tmp: Path) -> None:
     tree = list(os.walk(tmp, topdown=False))
     files = [os.path.join(directory, name) for directory, _, names in tree for name in names]
     with ThreadPoolExecutor(max(1, min(_SYNC_THREADS, len(files)))) as pool:
-        list(pool.map(_sync_file, files))  # the first failure raised, once every sync has ended
+        list(pool.map(partial(sync_path, strict=True), files))  # the first failure raised once every sync ended
     for directory, _, _ in tree:
         sync_directory(directory)
 
