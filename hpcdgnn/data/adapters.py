@@ -532,7 +532,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         **snapshot_counts(edges.src, edges.dst, n, slices, opts))
     try:
         manifest = write_prepared(prepared, opts, output, where, "snap",
-                                  {**provenance, **prepared.source, "options": options_used(opts)})
+                                  {**provenance, **prepared.source, "options": options_used(opts)},
+                                  warn=lambda text: _warn(f"{output}: {text}"))
     except DataError as e:
         sparse = _sparse_ids(s, d, n)
         if sparse:  # fewer snapshots or allow_large would not help: every snapshot holds N rows
@@ -676,7 +677,8 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             ``source["windows"]`` say so, and which ``task.horizon`` and ``strategy.window`` give the signal's
             task; each step takes the graph of the window it ends.
         output: the dataset directory.
-        labels: the targets are integer classes (node classification), not regression targets.
+        labels: the targets are integer classes (node classification), not regression targets; a class rare among
+            the training snapshots' labelled vertices is told in a ``UserWarning``, as ``prepare`` warns of it.
         force: replace a non-empty ``output``.
         shard_size: snapshots per shard file.
         reverse_edges: store each edge as (v, u), so that a vertex sums its in-neighbours, as PyG's layers do.
@@ -692,6 +694,8 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             that are not integers -1 .. C-1 with 2 <= C <= N * steps; ``labels``, ``force`` or ``reverse_edges``
             not a bool. Nothing written.
     """
+    from hpcdgnn.data.inspect import class_balance, class_balance_note
+    from hpcdgnn.data.prepare import _counted
     from hpcdgnn.data.prepare._common import check_given_weights
     from hpcdgnn.data.writer import RawSnapshot, check_output, write_dataset
 
@@ -767,9 +771,11 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(s), float(s + 1)))
 
     has_w = all(given)
+    counts: dict[int, np.ndarray] = {}
     # no note of snapshots without edges: a signal's steps are its own (prepare's advice, other windows, is no
-    # option here)
-    manifest = write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
+    # option here); a rare class is noted, as prepare notes it
+    manifest = write_dataset(output, _counted(snapshots(), num_classes, counts) if num_classes else snapshots(),
+                             num_vertices=n, weights="given" if has_w else "ones",
                              feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
                              targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
                              source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)",
@@ -778,6 +784,9 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
                              force=force, reverse=reverse_edges)
     if unwound:  # once written: a refused signal is told its error alone
         _warn(_unwound_note(unwound, len(xs)))
+    note = class_balance_note(class_balance(counts, manifest)) if num_classes else None
+    if note:
+        _warn(f"{output}: {note}")
     return manifest
 
 

@@ -794,3 +794,25 @@ def test_a_signal_given_as_a_dict_is_read_as_the_signal_object(tmp_path, capsys)
     with pytest.raises(DataError, match=r"^from_signal: signal: give 'edge_index' .* or 'edge_indices'"):
         from_signal({"features": sig.features}, tmp_path / "nograph")
     assert not (tmp_path / "typo").exists() and not (tmp_path / "nograph").exists()
+
+
+def test_a_rare_class_is_a_python_warning_of_the_adapters_not_a_line_on_stderr(tmp_path, capsys):
+    """from_arrays wrote prepare's class-balance warning to stderr, where the adapters give Python warnings, and
+    from_signal(labels=True) gave none: both now warn with a UserWarning naming the output, stderr left quiet."""
+    rare = r"class 1 is [0-9.]+ % of the labelled vertices of the training snapshots .* the accuracy to beat"
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, 4, 200), rng.integers(0, 4, 200)  # 4 of 100 vertices active: 'next active' is rare
+    with pytest.warns(UserWarning, match=rf"^{tmp_path / 'arrays'}: {rare}"):
+        from_arrays(src, dst, np.sort(rng.integers(0, 1000, 200)), tmp_path / "arrays", num_vertices=100,
+                    snapshots=10, labels="next_activity")
+    steps = 10
+    sig = SimpleNamespace(edge_index=np.array([[0, 1, 2], [1, 2, 3]]), edge_weight=None,
+                          features=[rng.standard_normal((9, 2)) for _ in range(steps)],
+                          targets=[np.array([0] * 8 + [1]) for _ in range(steps)])
+    with pytest.warns(UserWarning, match=rf"^{tmp_path / 'signal'}: {rare}"):
+        from_signal(sig, tmp_path / "signal", labels=True)
+    assert capsys.readouterr().err == ""
+    sig.targets = [np.arange(9) % 2 for _ in range(steps)]  # balanced: nothing said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_signal(sig, tmp_path / "balanced", labels=True)
