@@ -19,12 +19,12 @@ from typing import IO
 
 from hpcdgnn.errors import umask_mode
 
-__all__ = ["atomic_write", "keep_as", "remove_temporaries", "sync_directory", "sync_path"]
+__all__ = ["RANDOM_TAIL", "atomic_write", "keep_as", "remove_temporaries", "sync_directory", "sync_path"]
 
 #: what ``link`` says on a file system without hard links (vfat, some FUSE and object-store mounts)
 _UNSUPPORTED = frozenset({errno.EPERM, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
-#: what ``mkstemp`` puts after the prefix: 8 of its characters (``tempfile._RandomNameSequence``)
-_RANDOM = re.compile(r"[a-z0-9_]{8}")
+#: what ``mkstemp`` and ``mkdtemp`` put after the prefix: 8 of their characters (``tempfile._RandomNameSequence``)
+RANDOM_TAIL = re.compile(r"[a-z0-9_]{8}")
 
 
 def _prefix(name: str) -> str:
@@ -176,7 +176,7 @@ def remove_temporaries(directory: str | Path, names: Iterable[str]) -> None:
     except OSError:
         return
     for entry in entries:
-        ours = any(entry.name.startswith(p) and _RANDOM.fullmatch(entry.name[len(p):]) for p in prefixes)
+        ours = any(entry.name.startswith(p) and RANDOM_TAIL.fullmatch(entry.name[len(p):]) for p in prefixes)
         with contextlib.suppress(OSError):
             if ours and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)

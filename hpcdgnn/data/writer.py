@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -39,7 +40,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-from hpcdgnn.atomic import sync_directory, sync_path
+from hpcdgnn.atomic import RANDOM_TAIL, sync_directory, sync_path
 from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
@@ -143,15 +144,17 @@ EVAL_NEGATIVES_FILE = "eval_negatives.h5"
 DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5", EVAL_NEGATIVES_FILE})
 
 
-def _not_a_dataset(root: Path, manifest: bool = True) -> list[str]:
+def _not_a_dataset(root: Path, manifest: bool = True, writing: bool = False) -> list[str]:
     """What in the directory ``root`` is no dataset's own: names beside :data:`DATASET_ENTRIES`, anything in
     ``shards/`` but shard files, and (``manifest``) a missing ``manifest.json``; empty for a dataset.
 
     Args:
         root: an existing directory.
         manifest: count a missing ``manifest.json``; False for a dataset being removed, which may have lost it.
+        writing: ``root`` is a dataset being written (:func:`prepare_output_dir`'s), which holds its writer's
+            record (:data:`_WRITER`) too.
     """
-    names = {p.name for p in root.iterdir()}
+    names = {p.name for p in root.iterdir()} - ({_WRITER} if writing else set())
     other = sorted(names - DATASET_ENTRIES) or (["no manifest.json"] if manifest and "manifest.json" not in names
                                                 else [])
     shards = root / "shards"
@@ -175,8 +178,6 @@ def _force_refusal(root: Path) -> str | None:
 def _is_dataset(path: Path) -> bool:
     """Whether ``path`` holds a dataset written here (its manifest's ``format``): another tool's folder may hold a
     ``manifest.json`` and ``shards/`` of its own."""
-    import json
-
     if not (path / "shards").is_dir():
         return False
     try:
@@ -278,8 +279,10 @@ def _stops_held() -> Iterator[None]:
 
 
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
-    """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it."""
+    """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it, which
+    names its writer (:func:`_remove_killed`: a later prepare to ``root`` removes it once that process is gone)."""
     check_output(root, force)
+    _remove_killed(Path(root))  # before check_room: a killed prepare's shards may be what fills the disk
     if nbytes is not None:
         check_room(root, nbytes)
     root = Path(root)
@@ -295,11 +298,95 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
             tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
             _TEMPORARIES.add(tmp)
             umask_mode(tmp)  # not mkdtemp's 0700: the dataset is the user's group's to read
+        writer = _this_writer()
+        if writer is not None:
+            (tmp / _WRITER).write_text(writer)
         (tmp / "shards").mkdir()
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {cannot_create(root.parent) or e.strerror or e}") \
             from None
     return tmp
+
+
+#: the file in a dataset being written (:func:`prepare_output_dir`) that names its writer, gone before the rename
+_WRITER = ".writer.json"
+
+
+def _started(pid: int) -> str | None:
+    """When the process ``pid`` of this pid namespace started (``/proc/PID/stat``'s field 22, in clock ticks since
+    boot: a pid used again later has another), or None where there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command's name, which may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None
+
+
+def _this_writer() -> str | None:
+    """This process as :data:`_WRITER` records it: the kernel's boot (``boot_id``: this host, since its boot), the
+    pid namespace (a container's pids are another's), pid and start time; None where ``/proc`` cannot say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    started = _started(os.getpid())
+    if started is None:
+        return None
+    return json.dumps({"boot": boot, "pid_ns": namespace, "pid": os.getpid(), "started": started})
+
+
+def _writer_gone(tmp: Path) -> bool:
+    """Whether the process that wrote ``tmp`` is known to have ended: its :data:`_WRITER` names this host's boot and
+    pid namespace, and no process of that pid and start time runs. False wherever it cannot be told: no record
+    (a directory made by an older version, or its writer between ``mkdtemp`` and the record), one this process
+    cannot read, another host's or container's writer (a shared file system: its pids are not ours to look up),
+    one of an earlier boot (a node's crash: ``boot_id`` alone cannot tell this host's earlier boot from another
+    host's)."""
+    try:
+        record = json.loads((tmp / _WRITER).read_text())
+        mine = json.loads(_this_writer() or "null")
+        if not isinstance(record, dict) or mine is None:
+            return False
+        same_host = (record.get("boot"), record.get("pid_ns")) == (mine["boot"], mine["pid_ns"])
+        return same_host and isinstance(record.get("pid"), int) and _started(record["pid"]) != record.get("started")
+    except (OSError, ValueError):
+        return False
+
+
+def _named_beside(root: Path, prefix: str, tail: re.Pattern) -> list[os.DirEntry]:
+    """The entries beside ``root`` named ``prefix`` then exactly ``tail`` (none where the parent cannot be listed):
+    hidden directories of a prepare to ``root``, never a user's of a looser name.
+
+    Args:
+        root: the output.
+        prefix: the name's start (``.NAME.tmp-``).
+        tail: what must follow it, whole.
+    """
+    try:
+        entries = list(os.scandir(root.parent))
+    except OSError:
+        return []
+    return [e for e in entries if e.name.startswith(prefix) and tail.fullmatch(e.name[len(prefix):])]
+
+
+def _remove_killed(root: Path) -> None:
+    """Remove the hidden directories ``.NAME.tmp-XXXXXXXX`` beside ``root`` that a prepare to ``root`` killed by
+    SIGKILL (a job's time limit, the OOM killer) on this host left: nothing removes them otherwise, and each may
+    hold a dataset's worth of shards. Only one this user owns, of mkdtemp's exact name, holding nothing but a
+    dataset's files, whose writer is known to be gone (:func:`_writer_gone`): a prepare writing one now, on this
+    host or another, and a user's directory so named stay. Best effort: one that cannot be removed is left.
+
+    Args:
+        root: the output about to be written.
+    """
+    for entry in _named_beside(root, f".{root.name}.tmp-", RANDOM_TAIL):
+        path = Path(entry.path)
+        with suppress(OSError):
+            if (entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+                    and _writer_gone(path) and not _not_a_dataset(path, manifest=False, writing=True)):
+                shutil.rmtree(path)
 
 
 def check_room(output: str | Path, nbytes: int, name: str | None = None, what: str = "the dataset",
@@ -415,14 +502,7 @@ def _remove_asides(root: Path) -> None:
     SIGKILL left (between the renames, or during the removal). Only a directory of that name holding nothing but
     a dataset's files goes (a user's folder so named stays); best effort: one that cannot be removed waits for the
     next prepare to ``root``."""
-    prefix = _ASIDE.format(root.name)
-    try:
-        entries = list(os.scandir(root.parent))
-    except OSError:
-        return
-    for entry in entries:
-        if not (entry.name.startswith(prefix) and _ASIDE_TAIL.fullmatch(entry.name[len(prefix):])):
-            continue
+    for entry in _named_beside(root, _ASIDE.format(root.name), _ASIDE_TAIL):
         path = Path(entry.path)
         with suppress(OSError):
             if entry.is_dir(follow_symlinks=False) and not _not_a_dataset(path, manifest=False):
@@ -450,6 +530,7 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
             nothing moved), or a rename failed (another dataset put there meanwhile; the earlier one kept).
     """
     with named_on_failure(root):
+        (tmp / _WRITER).unlink(missing_ok=True)  # a dataset holds its own files only
         _sync_tree(tmp)
     with _stops_held():
         aside = _set_aside(root) if force and root.is_dir() else None

@@ -484,3 +484,52 @@ def test_human_bytes_names_sizes_beyond_gibibytes():
     """A refused output of petabytes read '1.72e+06 GiB': the largest binary unit that keeps the number >= 1."""
     assert [human_bytes(n) for n in (512, 1536, 3 * 2**30, 1.5 * 2**40, 1.72e6 * 2**30, 2**70)] == [
         "512 B", "1.5 KiB", "3 GiB", "1.5 TiB", "1.64 PiB", "1.02e+03 EiB"]
+
+
+_KILLED_PREPARE = """
+import os, signal, sys
+import numpy as np
+from hpcdgnn.data.writer import RawSnapshot, write_dataset
+
+def snapshots():
+    yield RawSnapshot(src=np.array([0]), dst=np.array([1]))
+    yield RawSnapshot(src=np.array([1]), dst=np.array([2]))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+write_dataset(sys.argv[1], snapshots(), num_vertices=5, shard_snapshots=1)
+"""
+
+
+def test_the_hidden_directory_of_a_killed_prepare_goes_with_the_next_one(tmp_path):
+    """A prepare killed by SIGKILL left ``.d.tmp-*`` beside its output, shards and all, for ever; the next prepare to
+    that output removes it once its writer is known to be gone. One whose writer runs (this process's), another
+    boot's or host's, one holding a user's file, one without its writer's record (a user's folder so named) and
+    another name stay."""
+    import json
+    import subprocess
+    import sys
+
+    from hpcdgnn.data.writer import prepare_output_dir, remove_temporary
+
+    root = tmp_path / "d"
+    done = subprocess.run([sys.executable, "-c", _KILLED_PREPARE, str(root)], cwd=Path(__file__).parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    [killed] = tmp_path.glob(".d.tmp-*")
+    assert (killed / "shards" / "shard-00000.h5").is_file() and not root.exists()
+    kept = {}
+    for name in ("otherbt1", "userfil1", "norecrd1", "notmkdtemp"):
+        kept[name] = tmp_path / f".d.tmp-{name}"
+        shutil.copytree(killed, kept[name])
+    record = json.loads((killed / ".writer.json").read_text()) if (killed / ".writer.json").is_file() else {}
+    (kept["otherbt1"] / ".writer.json").write_text(json.dumps({**record, "boot": "another-host-or-boot"}))
+    (kept["userfil1"] / "notes.txt").write_text("mine")
+    (kept["norecrd1"] / ".writer.json").unlink(missing_ok=True)
+    running = prepare_output_dir(root, False)  # a prepare writing now: this process's
+    try:
+        write_dataset(root, _raw(), num_vertices=N)
+        assert load_manifest(root).num_snapshots == len(EVENTS)
+        assert sorted(tmp_path.iterdir()) == sorted([root, running, *kept.values()])
+        assert sorted(p.name for p in root.iterdir()) == ["manifest.json", "shards", "vertices.h5"]
+    finally:
+        remove_temporary(running)
