@@ -472,27 +472,37 @@ sys.exit(main())
 """
 
 
-def test_a_stop_while_rank_0_holds_the_gil_leaves_no_temporary(launcher, trained, tmp_path):
-    """embed on 2 ranks, rank 1 signalled while rank 0's main thread holds the GIL (inside a write) past the
-    grace: rank 1 aborted the job after 10 s and z.h5.tmp stayed, which the next embed to z.h5 refuses (while
-    the line said nothing was left). Now rank 1, which sees rank 0's node's files, removes it; the line is true."""
-    mark, out = tmp_path / "mark", tmp_path / "z.h5"
+def _rank_1_stopped_while_rank_0_holds(launcher, trained: Path, tmp_path: Path, program: str,
+                                       ready: Path) -> tuple[int, str]:
+    """``embed`` of ``trained`` on 2 ranks to ``tmp_path``/z.h5 under ``program`` (``-c``; it marks ``MARK/held``
+    once rank 0 holds): rank 1 signalled (SIGTERM) once rank 0 holds and ``ready`` exists; the exit status and
+    stderr."""
+    mark = tmp_path / "mark"
     mark.mkdir()
-    cmd = launcher.command(2, ["-c", _GIL_HELD.replace("MARK", repr(str(mark))), "embed", str(trained), "--split",
-                               "all", "--output", str(out)])
+    cmd = launcher.command(2, ["-c", program.replace("MARK", repr(str(mark))), "embed", str(trained), "--split",
+                               "all", "--output", str(tmp_path / "z.h5")])
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
                           start_new_session=True) as proc:
         try:
             deadline = time.monotonic() + 120
             while not (mark / "held").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert out.with_name("z.h5.tmp").exists(), "rank 0 never began writing"
+            assert ready.exists(), f"rank 0 never held with {ready.name} there"
             os.kill(int((mark / "pid.1").read_text()), signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+    return proc.returncode, err
+
+
+def test_a_stop_while_rank_0_holds_the_gil_leaves_no_temporary(launcher, trained, tmp_path):
+    """embed on 2 ranks, rank 1 signalled while rank 0's main thread holds the GIL (inside a write) past the
+    grace: rank 1 aborted the job after 10 s and z.h5.tmp stayed, which the next embed to z.h5 refuses (while
+    the line said nothing was left). Now rank 1, which sees rank 0's node's files, removes it; the line is true."""
+    out = tmp_path / "z.h5"
+    code, err = _rank_1_stopped_while_rank_0_holds(launcher, trained, tmp_path, _GIL_HELD, out.with_name("z.h5.tmp"))
+    assert code == 130, err
     assert [ln for ln in err.splitlines() if ln.startswith("hpcdgnn")] == [
         "hpcdgnn: embed: stopped by SIGTERM; nothing it was writing is left"], err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == [], list(tmp_path.iterdir())
@@ -522,23 +532,9 @@ def test_a_stop_that_finds_the_output_placed_after_the_grace_is_called_off(launc
     """embed on 2 ranks, rank 1 signalled while rank 0, its file renamed into place, holds the GIL past the grace:
     rank 1's line said 'SIGTERM came after z.h5 was written; the file is complete', then MPI_Abort (130). Now the
     line and the exit agree: the stop is called off, the file stays, every rank exits 0."""
-    mark, out = tmp_path / "mark", tmp_path / "z.h5"
-    mark.mkdir()
-    cmd = launcher.command(2, ["-c", _GIL_HELD_PLACED.replace("MARK", repr(str(mark))), "embed", str(trained),
-                               "--split", "all", "--output", str(out)])
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
-                          start_new_session=True) as proc:
-        try:
-            deadline = time.monotonic() + 120
-            while not (mark / "held").exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert out.exists(), "rank 0 never put z.h5 in place"
-            os.kill(int((mark / "pid.1").read_text()), signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err
+    out = tmp_path / "z.h5"
+    code, err = _rank_1_stopped_while_rank_0_holds(launcher, trained, tmp_path, _GIL_HELD_PLACED, out)
+    assert code == 0, err
     assert [ln for ln in err.splitlines() if ln.startswith("hpcdgnn: ")] == [
         f"hpcdgnn: embed: SIGTERM came after {out} was written; the file is complete"], err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("z.h5")) == ["z.h5"]
