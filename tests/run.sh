@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install (if needed), then run the tests, including the mpirun -np 2 / -np 3 runs.
 #   bash tests/run.sh [pytest args...]           the whole suite (what CI runs; its time: issues' CI notes)
-#   bash tests/run.sh --quick [pytest args...]   the quick subset (~4 min on 2 cores): every test that starts no MPI
+#   bash tests/run.sh --quick [pytest args...]   the quick subset (~5 min on 2 cores): every test that starts no MPI
 #       job and is not `slow`, and one exactness case per strategy (marked `quick`); see tests/conftest.py
 # Other arguments go to pytest as they are, e.g. `bash tests/run.sh --quick -x -k exactness`.
 set -euo pipefail
