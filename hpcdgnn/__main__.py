@@ -874,6 +874,14 @@ def _main(argv: list[str] | None) -> int:
     try:
         code = args.func(args)
         sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
+        if args.command in ("prepare", "generate"):
+            from hpcdgnn.data.writer import late_stop
+
+            late = late_stop()
+            if late is not None and _speaks_for_job():
+                name = preemption.describe_signal(signal.Signals(late[0]).name)
+                print(f"hpcdgnn: {args.command}: {name} came after {late[1]} was written; the dataset is complete",
+                      file=sys.stderr)
         return code
     except KeyboardInterrupt as e:
         # stopping now: a further signal must not raise in here (a rank told of rank 0's stop before its own

@@ -254,15 +254,26 @@ def removed_on_error() -> Iterator[None]:
 
 #: the signals that stop prepare and generate: SIGTERM (``scancel``), Ctrl-C, hpcdgnn-mpirun's SIGUSR1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+#: (the stop signal, the dataset) where one came once the dataset was whole at its output (:func:`replace_dir`):
+#: nothing was left to stop, and the command ends as done, saying so (:func:`late_stop`)
+_LATE: list[tuple[int, Path]] = []
+
+
+def late_stop() -> tuple[int, Path] | None:
+    """The stop signal that came after this process put its dataset in place, and that dataset; else None (and
+    forgotten: a caller of ``main`` in-process goes on)."""
+    late = _LATE[0] if _LATE else None
+    _LATE.clear()
+    return late
 
 
 @contextmanager
-def _stops_held() -> Iterator[None]:
-    """Hold a stop signal back until the block ends, then deliver it (its own handler runs): steps that must not be
-    parted by the stop's unwinding. The handlers are swapped, not the signal mask: a signal sent to the process
-    goes to any thread that does not block it (numpy's BLAS threads), and Python then runs the handler in the main
-    thread all the same. Elsewhere than in the main thread (which alone runs handlers, and may swap them) nothing
-    is held."""
+def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
+    """Hold a stop signal back until the block ends, then deliver it (its own handler runs; with ``deliver`` False
+    the caller answers the signals it yields): steps that must not be parted by the stop's unwinding. The handlers
+    are swapped, not the signal mask: a signal sent to the process goes to any thread that does not block it
+    (numpy's BLAS threads), and Python then runs the handler in the main thread all the same. Elsewhere than in
+    the main thread (which alone runs handlers, and may swap them) nothing is held."""
     came: list[int] = []
     saved: dict[int, Any] = {}
     try:
@@ -270,11 +281,11 @@ def _stops_held() -> Iterator[None]:
             for sig in _STOP_SIGNALS:
                 if signal.getsignal(sig) is not None:  # None: set outside Python, which could not be put back
                     saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
-        yield
+        yield came
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-        if came:
+        if came and deliver:
             signal.raise_signal(came[0])
 
 
@@ -517,7 +528,8 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
     then the earlier one removed: removed first, a crash or a SIGKILL before the rename would leave no dataset at
     all, and a failed rename neither. So a dataset is at ``root`` but for the instant between the two renames, when
     the earlier one is whole at its hidden name; the next prepare to ``root`` removes that once its own is in place
-    (:func:`_remove_asides`). A failed rename puts the earlier one back; a stop signal waits for the renames.
+    (:func:`_remove_asides`). A failed rename puts the earlier one back. A stop signal waits for the renames; once
+    the dataset is in place it has nothing left to stop (:func:`late_stop`: the command ends as done, saying so).
     Without ``force`` a non-empty ``root`` is another prepare's finished output, not ours to delete.
 
     Args:
@@ -532,7 +544,7 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
     with named_on_failure(root):
         (tmp / _WRITER).unlink(missing_ok=True)  # a dataset holds its own files only
         _sync_tree(tmp)
-    with _stops_held():
+    with _stops_held(deliver=False) as came:
         aside = _set_aside(root) if force and root.is_dir() else None
         try:
             if aside is None and root.is_dir():
@@ -541,8 +553,12 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         except OSError as e:
             raise _not_moved(root, e, aside) from None
         _TEMPORARIES.discard(tmp)
-    sync_directory(root.parent)
-    _remove_asides(root)
+        # the dataset is whole at root: a stop from here has nothing left to stop, and stopping would leave an
+        # earlier dataset set aside and say nothing was written; the command ends as done and says the signal came
+        sync_directory(root.parent)
+        _remove_asides(root)
+    if came:
+        _LATE[:] = [(came[0], root)]
 
 
 def _not_moved(root: Path, e: OSError, aside: Path | None) -> DataError:

@@ -16,7 +16,7 @@ import pytest
 
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
-from hpcdgnn.data.writer import RawSnapshot, _dedupe, _sum_sparse, edge_keys, human_bytes, write_dataset
+from hpcdgnn.data.writer import RawSnapshot, _dedupe, _sum_sparse, edge_keys, human_bytes, late_stop, write_dataset
 from hpcdgnn.errors import DataError
 
 N = 5
@@ -337,8 +337,10 @@ def test_an_earlier_dataset_a_crash_left_aside_goes_with_the_next_prepare(tmp_pa
 
 
 def test_a_stop_signal_waits_for_the_renames(tmp_path, monkeypatch, sigterm_unwinds):
-    """SIGTERM sent as the earlier dataset is set aside stops the command only once the new one is in place (not
-    between the renames, where the output is empty); the earlier one left aside goes with the next prepare."""
+    """SIGTERM sent as the earlier dataset is set aside waits for the renames (not between them, where the output
+    is empty); then the new dataset is whole in place and nothing is left to stop: the earlier one is removed and
+    the command ends as done, told of the signal (it unwound and said nothing was written, the earlier one left
+    aside)."""
     root = tmp_path / "d"
     write_dataset(root, _raw(), num_vertices=N)
     rename = os.rename
@@ -350,12 +352,10 @@ def test_a_stop_signal_waits_for_the_renames(tmp_path, monkeypatch, sigterm_unwi
         return rename(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "rename", signalled)
-    with pytest.raises(KeyboardInterrupt):
-        write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
     monkeypatch.setattr(os, "rename", rename)
-    assert load_manifest(root).num_snapshots == 2 and len(_asides(tmp_path)) == 1
-    write_dataset(root, _raw(EVENTS[:3]), num_vertices=N, force=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    assert late_stop() == (signal.SIGTERM, root) and late_stop() is None
+    assert load_manifest(root).num_snapshots == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
 def test_a_failed_rename_puts_the_earlier_dataset_back(tmp_path, monkeypatch):
@@ -533,3 +533,28 @@ def test_the_hidden_directory_of_a_killed_prepare_goes_with_the_next_one(tmp_pat
         assert sorted(p.name for p in root.iterdir()) == ["manifest.json", "shards", "vertices.h5"]
     finally:
         remove_temporary(running)
+
+
+def test_a_stop_once_the_dataset_is_in_place_ends_generate_as_done(tmp_path, monkeypatch, capsys):
+    """``generate --force`` over an earlier dataset, SIGTERM as the earlier one is set aside: the command said
+    'stopped by SIGTERM; nothing it was writing is left', exit 143, with the new dataset whole in place and the
+    earlier one left aside. Now it ends as done (0), the earlier one removed, and its line says the signal came."""
+    from hpcdgnn.__main__ import main
+
+    root = tmp_path / "g"
+    args = ["generate", "--output", str(root), "--vertices", "50", "--density", "2", "--seed", "1", "--snapshots", "3"]
+    assert main(args) == 0
+    rename = os.rename
+
+    def signalled(src, dst, *a, **k):
+        if Path(src) == root:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        return rename(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "rename", signalled)
+    capsys.readouterr()
+    assert main([*args[:-1], "2", "--force"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (f"hpcdgnn: generate: SIGTERM came after {root} was written; "
+                                                        "the dataset is complete")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
