@@ -572,6 +572,11 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     completed)
       hpcdgnn_capture trained _hpcdgnn_trained_epochs "$rundir"
       if hpcdgnn_capture differs _hpcdgnn_finished_differs "$rundir" "$job" "${runargs[@]}" && [ -n "$differs" ]; then
+        if [[ $differs == *": given twice ("* ]]; then  # not another job: one that no run would take
+          _hpcdgnn_log "$differs (DATA and HPCDGNN_ARGS add --set items to this script's arguments)"
+          HPCDGNN_RC=2
+          return 0
+        fi
         # a reused SWEEP (or RUNDIR) with another job: its results are not this job's
         further=
         if [[ $differs =~ train\.epochs:\ is\ ([0-9]+)\ but ]] && [ -n "$trained" ] \

@@ -1057,12 +1057,18 @@ def test_local_script_end_to_end(launcher, small_dataset, tmp_path):
     # RUNDIR reported the earlier job's run as this one's (exit 0, "nothing to do")
     shutil.copytree(small_dataset, tmp_path / "copy")
     for extra, env in (([], {"DATA": tmp_path / "copy"}), (["--set", "train.epochs=3"], {}),
-                       (["--set", "model.hidden=5"], {"HPCDGNN_ARGS": "--set train.epochs=2"})):
+                       (["--set", "model.hidden=5"], {"HPCDGNN_ARGS": "--set train.epochs=2"}),
+                       (["--set", "train.epochs=2"], {"HPCDGNN_ARGS": "--set train.epochs=2"})):
         proc = subprocess.run(["bash", str(JOBS / "local.sh"), *extra],
                               env=_local_env(launcher, JOB=job, RUNDIR=rundir, **env), cwd=tmp_path,
                               capture_output=True, text=True, timeout=180)
         if not extra:
             assert proc.returncode == 0 and "with this job's settings; nothing to do" in proc.stderr, proc.stderr
+            continue
+        if "HPCDGNN_ARGS" in env and extra[1] == "train.epochs=2":  # a key given twice is no other job's run
+            assert proc.returncode == 2, proc.stderr
+            assert ("--set train.epochs: given twice (train.epochs=2, then train.epochs=2); give each key once (DATA "
+                    "and HPCDGNN_ARGS add --set items to this script's arguments)") in proc.stderr, proc.stderr
             continue
         key, value = extra[1].split("=")
         old = {"train.epochs": 2, "model.hidden": 6}[key]
