@@ -562,7 +562,7 @@ def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray | None]:
             row = fields(line)
             bad = next((c for c, x in enumerate(row, 1) if not numeric(x)), None)
             if bad is not None:
-                names = all(not numeric(x) for x in row) and number == next(
+                names = not header and all(not numeric(x) for x in row) and number == next(
                     (n for n, ln in enumerate(lines, 1) if fields(ln)), None)
                 return (f"line {number}, column {bad}: '{row[bad - 1][:40]}' is not a number"
                         + ("; a header line names every column, one name each" if names else ""))
@@ -572,11 +572,12 @@ def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray | None]:
         return None
 
     lines: list[str] = []
+    header = False  # a first line of names was skipped: a later line of names is not one
     try:
         if path.lower().endswith(".npy"):
             pairs = np.load(path, allow_pickle=False)
         else:
-            with open(path) as f:
+            with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Excel's CSV) is no field
                 lines = f.read().replace(",", " ").splitlines()
             data = [i for i, line in enumerate(lines) if fields(line)]
             head = fields(lines[data[0]]) if data else []
@@ -587,6 +588,7 @@ def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray | None]:
                 if {"u", "v", "t"} <= set(names):
                     usecols = tuple(names.index(c) for c in "uvt")
                 lines = [*lines[:data[0]], "", *lines[data[0] + 1:]]  # the same line numbers for first_bad
+                header = True
             with warnings.catch_warnings():  # an empty file: numpy warns, the shape check below says it in one line
                 warnings.simplefilter("ignore", UserWarning)
                 pairs = np.loadtxt(lines, dtype=np.float64, comments="#", ndmin=2, usecols=usecols)

@@ -19,6 +19,7 @@ from tests.metrics.test_embed import _cli, _train
     ("t v u\n5 1 0\n", [[0, 1, 5]]),  # named: read by name
     ("src,dst,time\n0,1,5\n", [[0, 1, 5]]),  # three other names: in order
     ("# pairs\n\nu,v,t\n0,1,5\n", [[0, 1, 5]]),
+    ("\ufeffu,v,t,score\n0,1,5,0.5\n", [[0, 1, 5]]),  # Excel's CSV: a byte-order mark first
 ])
 def test_a_header_line_of_names_is_skipped(tmp_path, text, rows):
     path = tmp_path / "pairs.csv"
@@ -32,6 +33,8 @@ def test_a_header_line_of_names_is_skipped(tmp_path, text, rows):
      "line 2, column 1: 'u' is not a number; a header line names every column, one name each"),
     ("0,1,5\n0,1\n", "line 2 has 2 columns, the lines before it 3"),
     ("u,1,5\n", "line 1, column 1: 'u' is not a number"),
+    # ids that are names throughout: the first line read as a header, the second is no header to point at
+    ("a,b,c\nd,e,f\n", "line 2, column 1: 'd' is not a number"),
 ])
 def test_a_line_that_is_not_numbers_is_named_from_1(tmp_path, text, said):
     path = tmp_path / "pairs.csv"
