@@ -460,9 +460,19 @@ def test_a_whitespace_separated_edge_list_given_to_jodie_names_format_snap(tmp_p
     args = ["--kind", kind, "--output", str(tmp_path / "o"), *(["--columns", columns] if columns else [])]
     err = _refused([str(raw), "--format", "jodie", *args], capsys, f"email.txt:{line}: fields separated by "
                    "whitespace ('582', '364', '0' (3 columns))", "read it with --format snap")
-    assert "--columns src=NAME" not in err
+    assert "--columns src=NAME" not in err and "weight time" not in err
     if line == 1:  # a header needs --columns by name in snap too
         _prepared([str(raw), "--format", "snap", *args], capsys)
+
+
+def test_a_whitespace_jodie_export_is_not_sent_to_snap_unwarned(tmp_path, capsys):
+    """A whitespace-separated user item time label export was sent to --format snap, which reads its time as a
+    weight and its label as the time, silently: the line now says what snap makes of 4 columns."""
+    raw = tmp_path / "wiki.txt"
+    raw.write_text("0 5 10 0\n1 6 20 1\n")
+    _refused([str(raw), "--format", "jodie", "--kind", "events", "--output", str(tmp_path / "o")], capsys,
+             "read it with --format snap", "snap reads 4 columns as src dst weight time: a file of user item time "
+             "label (JODIE's) must be made comma-separated with a header for --format jodie instead")
 
 
 @pytest.mark.parametrize("kind", ["snapshots", "events"])

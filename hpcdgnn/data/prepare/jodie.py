@@ -118,10 +118,14 @@ def _check_not_whitespace(path: Path, first: tuple[int, str], second: tuple[int,
     for lineno, line in [first] + ([second] if second is not None else []):
         fields = split_fields(line, False, path, lineno)
         if len(fields) >= 3 and all(map(_is_number, fields)):
+            # with 4 columns snap reads the third as a weight and the fourth as the time: right for an edge list,
+            # silently wrong for a whitespace JODIE export (user item time label), which the line must not invite
+            order = ("" if len(fields) == 3 else "; snap reads 4 columns as src dst weight time: a file of user item "
+                     "time label (JODIE's) must be made comma-separated with a header for --format jodie instead")
             raise DataError(
                 f"{path}:{lineno}: fields separated by whitespace ({describe_header(fields)}): an edge list, which "
                 "--format jodie (comma-separated, with a header) does not read; read it with --format snap "
-                "(src dst [weight] time, separated by whitespace or commas)"
+                f"(src dst [weight] time, separated by whitespace or commas){order}"
             )
 
 
