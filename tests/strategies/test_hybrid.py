@@ -43,6 +43,13 @@ RANDOM = ["strategy.name=hybrid", "strategy.snapshot_fractions=[0.3,0.6]", "stra
           "strategy.groups=2", "strategy.adjuster.kind=random"]
 
 
+def overridden(base: list[str], *items: str) -> list[str]:
+    """``base``'s ``--set`` items with ``items`` in place of those of the same keys (``--set`` refuses a key given
+    twice), then the rest of ``items``."""
+    keys = {item.partition("=")[0] for item in items}
+    return [b for b in base if b.partition("=")[0] not in keys] + list(items)
+
+
 @pytest.fixture(scope="module")
 def dense(small):  # noqa: F811 (the imported fixture)
     """T = 8, N = 23 with signal targets (test_sequences_cells's)."""
@@ -407,8 +414,8 @@ def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(lau
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": model, "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint={"every": 1, "keep": 3})
     # a stored batch here is ~1-2 KiB on a rank: the cap binds after a few, on one rank before the others
-    bound = [*RESERVOIR, *more, f"strategy.reservoir.max_mb={max_mb}"]
-    (free, recs_f), (_, recs) = _losses_many(launcher, 3, [(job, tmp_path / "free", [*RESERVOIR, *more]),
+    bound = overridden(RESERVOIR, *more, f"strategy.reservoir.max_mb={max_mb}")
+    (free, recs_f), (_, recs) = _losses_many(launcher, 3, [(job, tmp_path / "free", overridden(RESERVOIR, *more)),
                                                           (job, tmp_path / "bound", bound)])
     stored = [r["hybrid"]["reservoir"]["stored"] for r in recs]
     assert all(len(set(s)) == 1 for s in stored), stored

@@ -26,7 +26,7 @@ import hpcdgnn
 from hpcdgnn.errors import EXIT_PREEMPTED
 from hpcdgnn.train.checkpoint import latest_checkpoint, within_epoch
 from tests.conftest import REPO, assert_same_run, read_metrics, write_job
-from tests.strategies.test_hybrid import DQN, RANDOM, sparse  # noqa: F401 (a fixture)
+from tests.strategies.test_hybrid import DQN, RANDOM, overridden, sparse  # noqa: F401 (a fixture)
 from tests.strategies.test_memory import _job as memory_job
 from tests.strategies.test_memory import college  # noqa: F401 (a fixture)
 
@@ -361,10 +361,10 @@ def test_hybrid_stops_between_steps_unless_averaging_is_asynchronous(launcher, s
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
     mode, *more = mode.split("+")
-    over = [*(DQN if more else RANDOM), "strategy.steps_per_epoch=4", f"strategy.averaging.mode={mode}",
-            # small batches: stores with room for every step's (Eq. 4's cap ~ N·T / (N_S·N_V) / N_A)
-            *(["strategy.reservoir.mode=on", "strategy.reservoir.threads=0", "strategy.vertex_fractions=[0.05,0.1]"]
-              if "reservoir" in more else [])]
+    over = overridden(DQN if more else RANDOM, "strategy.steps_per_epoch=4", f"strategy.averaging.mode={mode}",
+                      # small batches: stores with room for every step's (Eq. 4's cap ~ N·T / (N_S·N_V) / N_A)
+                      *(["strategy.reservoir.mode=on", "strategy.reservoir.threads=0",
+                         "strategy.vertex_fractions=[0.05,0.1]"] if "reservoir" in more else []))
     run = tmp_path / "run"
     out = _preempted(launcher, 3, job, run, 2, 2, 1, *over, abandon="abandon" in more)
     if mode == "async":
