@@ -318,15 +318,17 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
 
-    def _read(self, plan: PartitionPlan, model: DGNN, task, reader) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _read(self, plan: PartitionPlan, model: DGNN, task, reader,
+              edges: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """What a batch is built from: the draw's attributes (:func:`hybrid_of`), my vertices and their closure's
-        rows (H1), read once; returns the edges of snapshots 0..stop-1 (the closure's union)."""
+        rows (H1), read once; returns the edges of snapshots 0..stop-1 (the closure's union), read unless given
+        (``check`` builds every rank's part in one process: the same edges for each)."""
         self.plan, self.opts, self.task = plan, self.ctx.job.strategy, task
         vars(self).update(hybrid_of(plan, model, self.ctx.job, self.ctx.manifest))
         self._targets: dict[int, torch.Tensor] = {}
         self.mine = np.sort(np.asarray(plan.vertices_of(self.comm.rank), dtype=np.int64))
         self.host: dict[int, HostSnapshot] = {}
-        edges = [reader.edges(t) for t in range(self.stop)]
+        edges = [reader.edges(t) for t in range(self.stop)] if edges is None else edges
         # a task whose samples read vertices besides the batch (link prediction's destinations and negatives)
         # may read any row: its closure is every vertex
         wide = task.reads_beyond_batch()
@@ -354,10 +356,11 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         task = regime.task_of(job, manifest, model)  # a node task's batch reads its targets only: no set-up
         ctx = SimpleNamespace(job=job, manifest=manifest, dtype=getattr(torch, job.train.dtype),
                               device=torch.device("cpu"))
+        edges = None
         for rank in range(plan.num_ranks):
             part = cls.__new__(cls)
             part.ctx, part.comm = ctx, SimpleNamespace(rank=rank, size=plan.num_ranks)
-            part._read(plan, model, task, reader)
+            edges = part._read(plan, model, task, reader, edges)
             part._first_stored()
 
     def _warn_small_batches(self) -> None:
