@@ -219,20 +219,21 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     def check_reads(cls, plan: PartitionPlan, job, manifest) -> None:
         """``check``: what the set-up refuses once it has read each rank's closure: ``strategy.max_cache_mb`` (the
         closures as the planner derives them, the set-up's rows, read from the shards as the set-up reads them)
-        and ``strategy.reservoir.max_mb`` (:meth:`_check_reservoir`)."""
+        and ``strategy.reservoir.max_mb`` (:meth:`_check_reservoir`, which reads every rank's closure anyway and
+        tests ``max_cache_mb`` on it: each closure is read once)."""
         from hpcdgnn.data.shard_reader import ShardReader
         from hpcdgnn.planner.samples import hybrid_closures
 
         limit = job.strategy.max_cache_mb
         with ShardReader(job.data.path, manifest) as reader:
-            if limit:
+            if job.strategy.reservoir.mode == "on":
+                cls._check_reservoir(plan, job, manifest, reader)
+            elif limit:
                 closures, stop = hybrid_closures(plan, job, manifest, job.data.path)
                 for rank, rows in enumerate(closures):
                     held = sum(_block_bytes(reader.read_rows(t, rows)) for t in range(stop))
                     if held / 2**20 > limit:
                         raise _over_cache(rank, held, rows.shape[0], plan.num_vertices, limit)
-            if job.strategy.reservoir.mode == "on":
-                cls._check_reservoir(plan, job, manifest, reader)
 
     @classmethod
     def unpriced(cls, job) -> list[str]:
@@ -280,7 +281,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read my vertices' closure once (H1); keep the load order and owners for drawing batches (H2)."""
-        job, o, me = self.ctx.job, self.ctx.job.strategy, self.comm.rank
+        job, o = self.ctx.job, self.ctx.job.strategy
         edges = self._read(plan, model, task, reader)
         #: Alg. 1's loads as the plan computed them, for ``reward_time: work`` only
         self.loads = None
@@ -288,8 +289,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self.loads = vertex_loads(edges + [reader.edges(t) for t in range(self.stop, self.T)], self.N,
                                       job.model.layers)
         self._warn_small_batches()
-        if o.max_cache_mb and self.cache_bytes / 2**20 > o.max_cache_mb:  # local: agree() carries it to every rank
-            raise _over_cache(me, self.cache_bytes, self.read_rows.shape[0], self.N, o.max_cache_mb)
+        self._refuse_over_cache()  # local: agree() carries it to every rank
         self._stat_width: int | None = None
         self.scored_step = self.ranges[0][0]
         self._used = np.zeros(len(self.actions), dtype=np.int64)
@@ -337,14 +337,13 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def _check_reservoir(cls, plan: PartitionPlan, job, manifest, reader) -> None:
-        """``check``: the set-up's refusal of a ``reservoir.max_mb`` that holds no batch (:meth:`_first_stored`),
-        raised for the first rank whose part of the start action's first stored batch is over it.
+        """``check``: the set-up's refusals of a closure over ``max_cache_mb`` and of a ``reservoir.max_mb`` that
+        holds no batch (:meth:`_first_stored`), in the set-up's order, raised for the first rank refused.
 
         Each rank's part is built as its set-up builds it, over its closure read from the shards: a stored
         batch's bytes are its built layout's (row sets, Ã blocks, a cell's step graphs in the weights' dtype as
         read), which the planner's structure (all-ones float64 weights, the whole graph for ``lhop``) would
-        over-count for graph-recurrent cells, refusing batches that fit. One batch a rank, and the closure
-        reads ``max_cache_mb``'s check makes too.
+        over-count for graph-recurrent cells, refusing batches that fit. One batch a rank.
         """
         from types import SimpleNamespace
 
@@ -361,7 +360,14 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             part = cls.__new__(cls)
             part.ctx, part.comm = ctx, SimpleNamespace(rank=rank, size=plan.num_ranks)
             edges = part._read(plan, model, task, reader, edges)
+            part._refuse_over_cache()
             part._first_stored()
+
+    def _refuse_over_cache(self) -> None:
+        """Refuse (ConfigError) my closure's rows as read (:meth:`_read`) over ``strategy.max_cache_mb``."""
+        limit = self.opts.max_cache_mb
+        if limit and self.cache_bytes / 2**20 > limit:
+            raise _over_cache(self.comm.rank, self.cache_bytes, self.read_rows.shape[0], self.N, limit)
 
     def _warn_small_batches(self) -> None:
         """Rank 0 warns once when the smallest vertex batch draws fewer than P × groups targets: each group then
