@@ -534,13 +534,23 @@ def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: 
     return pairs.astype(np.int64)
 
 
+#: why a CSV's first column is unnamed or empty, most often: pandas' ``to_csv`` writes the frame's index there
+_PANDAS_INDEX = ("; it looks like pandas' index column (to_csv writes it unless told not to): write the file with "
+                 "to_csv(path, index=False), or name the columns u, v, t in the header")
+
+
 def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray | None]:
     """The rows of a ``--pairs`` file (``.npy``, or text of three columns) as they are written, and each row's line.
 
-    A text file's first line may name its columns (every field a name, one per column, as pandas writes ``u,v,t``):
-    it is skipped, and where it names ``u``, ``v`` and ``t`` those columns are read, so ``predict``'s own
-    ``u,v,t,score`` output is read back as its pairs. A line that is not numbers is one line naming it and its
-    column, both counted from 1; :func:`_checked_pairs` names a bad row by the same line numbers.
+    A text line with a comma is CSV (:func:`~hpcdgnn.data.prepare._common.split_fields`: an empty field is a
+    column, so columns are named by where they are, as pandas and spreadsheets count them), one without is
+    blank-separated; ``#`` starts a comment. The first line may name the columns (every field a name, as many as the
+    next line's fields, as pandas writes ``u,v,t``): it is skipped, and where it names ``u``, ``v`` and ``t`` those
+    columns are read and the others left, so ``predict``'s own ``u,v,t,score`` output is read back as its pairs and
+    pandas' default ``to_csv`` (an unnamed index column first: ``,u,v,t``) as its ``u,v,t``. A header that does not
+    name them, with its first name empty, is refused with pandas' hint: its columns would be read in order, the index
+    as u. A line that is not numbers is one line naming it and its column, both counted from 1;
+    :func:`_checked_pairs` names a bad row by the same line numbers.
 
     Args:
         path: the ``--pairs`` file.
@@ -548,56 +558,89 @@ def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray | None]:
     Returns:
         The rows, and for a text file the line (from 1) each came from, else None.
 
+    Raises:
+        DataError: ``--pairs PATH: ...``, one line: unreadable, a field that is not a number (its line and column),
+            a line of another column count, a header whose first column has no name.
+
     Shapes:
         rows: (K, C) (C = 3 unless the file has another column count); lines: (K,).
     """
     from hpcdgnn.data.prepare._common import _is_number as numeric
+    from hpcdgnn.data.prepare._common import comma_separated, split_fields
 
-    def fields(line: str) -> list[str]:
-        return line.partition("#")[0].split()
+    where = f"--pairs {path}"
 
-    def first_bad(lines: list[str]) -> str | None:  # the error path only: the line and column numpy faulted
+    def fields(line: str, number: int) -> list[str]:
+        code = line.partition("#")[0].strip()
+        return split_fields(code, comma_separated(code), where, number) if code else []
+
+    def by_line(lines: list[str], usecols: tuple[int, ...] | None) -> np.ndarray:
+        """The rows read field by field, where numpy's one-separator reader refused the file: it quotes, mixes commas
+        and blanks, or has a field that is no number (then the first such is named here, by line and column)."""
+        rows: list[list[float]] = []
         width = None
         for number, line in enumerate(lines, 1):
-            row = fields(line)
-            bad = next((c for c, x in enumerate(row, 1) if not numeric(x)), None)
+            row = fields(line, number)
+            if not row:
+                continue
+            cols = usecols or range(len(row))
+            bad = next((c for c in cols if c < len(row) and not numeric(row[c])), None)
             if bad is not None:
-                names = not header and all(not numeric(x) for x in row) and number == next(
-                    (n for n, ln in enumerate(lines, 1) if fields(ln)), None)
-                return (f"line {number}, column {bad}: '{row[bad - 1][:40]}' is not a number"
-                        + ("; a header line names every column, one name each" if names else ""))
-            if row and width is not None and len(row) != width:
-                return f"line {number} has {len(row)} columns, the lines before it {width}"
-            width = width or len(row) or None
-        return None
+                names = not header and not rows and all(not numeric(x) for x in row)
+                said = " is empty" if not row[bad] else f": '{row[bad][:40]}' is not a number"
+                raise DataError(f"{where}: line {number}, column {bad + 1}{said}"
+                                + ("; a header line names every column, one name each" if names
+                                   else _PANDAS_INDEX if not rows and bad == 0 and not row[0] else ""))
+            if width is not None and len(row) != width:
+                raise DataError(f"{where}: line {number} has {len(row)} columns, the lines before it {width}")
+            width = len(row)
+            rows.append([float(row[c]) for c in cols])
+        return np.array(rows, dtype=np.float64).reshape(len(rows), -1 if rows else 0)
 
-    lines: list[str] = []
-    header = False  # a first line of names was skipped: a later line of names is not one
+    npy = path.lower().endswith(".npy")
     try:
-        if path.lower().endswith(".npy"):
+        if npy:
             pairs = np.load(path, allow_pickle=False)
         else:
             with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Excel's CSV) is no field
-                lines = f.read().replace(",", " ").splitlines()
-            data = [i for i, line in enumerate(lines) if fields(line)]
-            head = fields(lines[data[0]]) if data else []
-            usecols = None
-            if head and not any(numeric(x) for x in head) and (
-                    len(data) == 1 or len(fields(lines[data[1]])) == len(head)):
-                names = [x.strip("\"'").lower() for x in head]
-                if {"u", "v", "t"} <= set(names):
-                    usecols = tuple(names.index(c) for c in "uvt")
-                lines = [*lines[:data[0]], "", *lines[data[0] + 1:]]  # the same line numbers for first_bad
-                header = True
-            with warnings.catch_warnings():  # an empty file: numpy warns, the shape check below says it in one line
-                warnings.simplefilter("ignore", UserWarning)
-                pairs = np.loadtxt(lines, dtype=np.float64, comments="#", ndmin=2, usecols=usecols)
+                text = f.read()
     except (OSError, ValueError) as e:
-        why = isinstance(e, ValueError) and first_bad(lines) or f"unreadable ({str(e).strip().splitlines()[0]})"
-        raise DataError(f"--pairs {path}: {why}") from None
-    # the lines loadtxt read a row from: those with a field outside a comment (the header's is blanked above)
-    numbers = np.array([n for n, line in enumerate(lines, 1) if fields(line)], dtype=np.int64) if lines else None
-    return pairs_of(pairs, f"--pairs {path}"), numbers
+        raise DataError(f"{where}: unreadable ({str(e).strip().splitlines()[0]})") from None
+    if npy:
+        return pairs_of(pairs, where), None
+    header = False  # a first line of names was skipped: a later line of names is not one
+    lines = text.splitlines()
+    data: list[tuple[int, list[str]]] = []  # the first two lines with fields (a header's and a row's), numbered
+    for number, line in enumerate(lines, 1):
+        if len(data) == 2:
+            break
+        if row := fields(line, number):
+            data.append((number, row))
+    head = data[0][1] if data else []
+    usecols = None
+    if head and not any(numeric(x) for x in head) and (len(data) == 1 or len(data[1][1]) == len(head)):
+        names = [x.strip("\"'").lower() for x in head]
+        if {"u", "v", "t"} <= set(names):
+            usecols = tuple(names.index(c) for c in "uvt")
+        elif not names[0]:
+            raise DataError(f"{where}: line {data[0][0]}, column 1 of the header line has no name{_PANDAS_INDEX}")
+        lines[data[0][0] - 1] = ""  # the same line numbers for the rows after it
+        header = True
+    # numpy's reader at C speed where one separator splits every line as CSV would, every column numbers and as
+    # many on each line (a row of another width under a header read by name would take a neighbour's column);
+    # else, and for the message naming the first bad field, line by line
+    try:
+        if '"' in text:
+            raise ValueError("quoted fields")
+        with warnings.catch_warnings():  # an empty file: numpy warns, the shape check says it in one line
+            warnings.simplefilter("ignore", UserWarning)
+            pairs = np.loadtxt(lines, dtype=np.float64, comments="#", ndmin=2, delimiter="," if "," in text else None)
+        if usecols and len(pairs):
+            pairs = pairs[:, list(usecols)]
+    except ValueError:
+        pairs = by_line(lines, usecols)
+    numbers = np.array([n for n, line in enumerate(lines, 1) if line.partition("#")[0].strip()], dtype=np.int64)
+    return pairs_of(pairs, where), numbers
 
 
 def run_predict(args: argparse.Namespace, comm) -> int:

@@ -1,5 +1,6 @@
 """``predict --pairs FILE``: a header line of column names (pandas' ``u,v,t``, predict's own ``u,v,t,score``) is
-read as such, and a line that is not numbers, or a row out of range, is named by its line counted from 1."""
+read as such, a CSV line's fields as CSV (an empty field is a column), and a line that is not numbers, or a row out
+of range, is named by its line counted from 1 and its column by its position."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from tests.metrics.test_embed import _cli, _train
     ("src,dst,time\n0,1,5\n", [[0, 1, 5]]),  # three other names: in order
     ("# pairs\n\nu,v,t\n0,1,5\n", [[0, 1, 5]]),
     ("\ufeffu,v,t,score\n0,1,5,0.5\n", [[0, 1, 5]]),  # Excel's CSV: a byte-order mark first
+    (",u,v,t\n0,3,5,1.0\n1,4,6,2.0\n", [[3, 5, 1], [4, 6, 2]]),  # pandas' to_csv(path): its index column first
+    ('"u","v","t"\n"0","1","5"\n', [[0, 1, 5]]),  # pandas' quoting=csv.QUOTE_ALL
+    ("0,1,5\n3 9 2\n", [[0, 1, 5], [3, 9, 2]]),  # commas on one line, blanks on the next
 ])
 def test_a_header_line_of_names_is_skipped(tmp_path, text, rows):
     path = tmp_path / "pairs.csv"
@@ -37,6 +41,32 @@ def test_a_header_line_of_names_is_skipped(tmp_path, text, rows):
     ("a,b,c\nd,e,f\n", "line 2, column 1: 'd' is not a number"),
 ])
 def test_a_line_that_is_not_numbers_is_named_from_1(tmp_path, text, said):
+    path = tmp_path / "pairs.csv"
+    path.write_text(text)
+    with pytest.raises(DataError) as e:
+        _read_pairs(str(path))
+    assert str(e.value) == f"--pairs {path}: {said}"
+
+
+_PANDAS = ("it looks like pandas' index column (to_csv writes it unless told not to): write the file with "
+           "to_csv(path, index=False), or name the columns u, v, t in the header")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("0,,5\n", "line 1, column 2 is empty"),
+    ("0,1,5\n,1,x\n", "line 2, column 1 is empty"),
+    ("0,1,5\n0,1 2,5\n", "line 2, column 2: '1 2' is not a number"),
+    # pandas' to_csv(path) of columns it cannot read by name: in order its index would be read as u
+    (",src,dst,time\n0,3,5,1\n", f"line 1, column 1 of the header line has no name; {_PANDAS}"),
+    (",0,1,2\n0,3,5,1\n", f"line 1, column 1 is empty; {_PANDAS}"),  # pd.DataFrame(array).to_csv(path)
+    # read by name, a row of another width would take its neighbour's column
+    ("u,v,t\n0,1,5\n9,0,1,5\n", "line 3 has 4 columns, the lines before it 3"),
+])
+def test_csv_fields_are_named_by_their_column(tmp_path, text, said):
+    """Commas were replaced by blanks before splitting, so an empty CSV field vanished and the fields after it were
+    named one column early: pandas' default to_csv (header ``,u,v,t``) was refused as "line 1, column 1: 'u' is not
+    a number", 'u' being column 2 and the cause, pandas' unnamed index column, unsaid. A CSV line is split as CSV:
+    an empty field is a column, named by its position."""
     path = tmp_path / "pairs.csv"
     path.write_text(text)
     with pytest.raises(DataError) as e:
@@ -77,11 +107,14 @@ def test_predict_s_output_scores_again(tmp_path, small_dataset):
     run = _train(tmp_path, small_dataset, "full")
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("u,v,t\n0,1,5\n3,9,2\n22,0,5\n")
-    for given, out in ((pairs, "first.csv"), (tmp_path / "first.csv", "again.csv")):
+    indexed = tmp_path / "indexed.csv"  # pandas' df.to_csv(path): an unnamed index column first
+    indexed.write_text(",u,v,t\n0,0,1,5\n1,3,9,2\n2,22,0,5\n")
+    outs = ("first.csv", "again.csv", "indexed-out.csv")
+    for given, out in zip((pairs, tmp_path / "first.csv", indexed), outs, strict=True):
         proc = _cli(tmp_path, "predict", run, "--pairs", given, "--output", tmp_path / out)
         assert proc.returncode == 0, proc.stderr
-    first, again = ([dict(r) for r in csv.DictReader(open(tmp_path / name))] for name in ("first.csv", "again.csv"))
-    assert first == again and [r["u"] for r in first] == ["0", "3", "22"]
+    first, again, by_index = ([dict(r) for r in csv.DictReader(open(tmp_path / name))] for name in outs)
+    assert first == again == by_index and [r["u"] for r in first] == ["0", "3", "22"]
 
 
 def test_the_help_and_results_doc_say_a_header_is_read_and_predict_s_output_given_back():
