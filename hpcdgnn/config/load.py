@@ -240,9 +240,11 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _n
 
 
 def _given_once(overrides: list[str]) -> None:
-    """Refuse a key that two ``--set`` items give (or a section one gives whole and another a key of): applied in
-    order, the later would silently win, and a job script that sets a key twice (a default line, then the user's)
-    usually means the other value.
+    """Refuse a key that two ``--set`` items give, or a section given whole after a key in it: applied in order, the
+    later would silently win, and a job script that sets a key twice (a default line, then the user's) usually
+    means the other value; a section after its key may mean to replace the key or to keep it. A section given whole
+    and then a key in it (``strategy={name: hybrid} strategy.groups=2``) is one reading only, the key on top of the
+    section, and is taken.
 
     Args:
         overrides: the ``KEY=VALUE`` items, in the order given.
@@ -255,15 +257,16 @@ def _given_once(overrides: list[str]) -> None:
             continue
         given = f"{key}={text.strip()}"
         for before, was in seen:
-            if before == key or key.startswith(before + ".") or before.startswith(key + "."):
-                raise ConfigError(f"--set {max(before, key, key=len)}: given twice ({was[:60]}, then {given[:60]}); "
-                                  "give each key once")
+            if before == key or before.startswith(key + "."):
+                raise ConfigError(f"--set {before}: given twice ({was[:60]}, then {given[:60]}); give each key once"
+                                  + ("" if before == key else " (a section given whole first, then keys in it, "
+                                     "takes those keys on top of it)"))
         seen.append((key, given))
 
 
 def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
-    """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping; a key given twice is refused
-    (:func:`_given_once`)."""
+    """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping, in order; a key given twice is
+    refused (:func:`_given_once`)."""
     _given_once(overrides)
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -445,8 +448,9 @@ def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check
 
 
 def override_of(key: str, overrides: list[str]) -> str | None:
-    """The ``--set`` name that set ``key`` (itself, its section or a key under it), or None when the file did."""
-    for item in overrides:
+    """The ``--set`` name that set ``key`` (itself, its section or a key under it), or None when the file did; of a
+    section and then the key in it, the key, applied last."""
+    for item in reversed(overrides):
         name = item.partition("=")[0].strip()
         if key == name or key.startswith(name + ".") or name.startswith(key + "."):
             return name

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hpcdgnn.config import job_to_dict, load_job
+from hpcdgnn.config.load import override_of
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.optim import Adam
 from tests.conftest import write_job
@@ -448,19 +449,40 @@ def test_a_run_s_resolved_config_with_an_option_refused_since_still_loads():
         load_job_dict(raw, "job.yaml", [], check_paths=False)
 
 
+_ONCE = "; give each key once"
+
+
 @pytest.mark.parametrize(("overrides", "said"), [
-    (["train.epochs=2", "train.epochs=5"], "--set train.epochs: given twice (train.epochs=2, then train.epochs=5)"),
-    (["train={epochs: 2}", "train.epochs=5"], "--set train.epochs: given twice (train={epochs: 2}, then "
-                                              "train.epochs=5)"),
-    (["train.epochs=5", "train = {lr: 0.1}"], "--set train.epochs: given twice (train.epochs=5, then "
-                                              "train={lr: 0.1})"),
+    (["train.epochs=2", "train.epochs=5"],
+     "--set train.epochs: given twice (train.epochs=2, then train.epochs=5)" + _ONCE),
+    (["train={epochs: 2}", "train.epochs=5", "train = {lr: 0.1}"],
+     "--set train: given twice (train={epochs: 2}, then train={lr: 0.1})" + _ONCE),
+    (["train.epochs=5", "train = {lr: 0.1}"],
+     "--set train.epochs: given twice (train.epochs=5, then train={lr: 0.1})" + _ONCE
+     + " (a section given whole first, then keys in it, takes those keys on top of it)"),
 ])
 def test_a_key_set_twice_is_refused(tmp_path, small_dataset, overrides, said):
-    """Two ``--set`` of one key (or of a section and a key in it) took the last silently; one line now."""
+    """Two ``--set`` of one key took the last silently, and a section after a key in it may mean to replace the key
+    or keep it: one line."""
     with pytest.raises(ConfigError) as e:
         load_job(_job(tmp_path, small_dataset, ""), overrides)
-    assert str(e.value) == said + "; give each key once"
+    assert str(e.value) == said
     assert load_job(_job(tmp_path, small_dataset, ""), ["train.epochs=2", "train.lr=0.1"]).train.epochs == 2
+
+
+def test_a_key_after_its_section_is_taken_on_top_of_it(tmp_path, small_dataset):
+    """A section given whole and then a key in it (``strategy={name: hybrid} strategy.groups=2``) was refused as
+    given twice, though it reads one way only: the section, then the key on top of it. It is applied in order, and
+    an error in the key names the key, not the section before it."""
+    default_seed = load_job(_job(tmp_path, small_dataset, "")).train.seed
+    job = load_job(_job(tmp_path, small_dataset, f"train: {{lr: 0.5, seed: {default_seed + 1}}}\n"),
+                   ["train={epochs: 2, lr: 0.1}", "train.epochs=5", "strategy={name: hybrid}", "strategy.groups=2"])
+    # the section given whole replaces the file's (its seed), the key after it refines it
+    assert (job.train.epochs, job.train.lr, job.train.seed) == (5, 0.1, default_seed)
+    assert (job.strategy.name, job.strategy.groups) == ("hybrid", 2)
+    with pytest.raises(ConfigError, match=r"^--set train\.epochs: "):
+        load_job(_job(tmp_path, small_dataset, ""), ["train={epochs: 2}", "train.epochs=-1"])
+    assert override_of("train.epochs", ["train={epochs: 2}", "train.epochs=5"]) == "train.epochs"
 
 
 def test_a_missing_dataset_says_where_it_was_looked_for_and_how_to_prepare_it(tmp_path, monkeypatch):
