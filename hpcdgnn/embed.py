@@ -66,7 +66,8 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", metavar="FILE",
                    help="link prediction: (u, v, t) rows to score, a .npy (K, 3) integer array or a text file of "
                    "three integer columns (comma or blank separated, '#' comments); a first line of column names "
-                   "(u,v,t) is read as a header, so predict's own u,v,t,score output can be given back")
+                   "is a header: u, v, t are read by name, other columns skipped, so predict's own u,v,t,score "
+                   "output or a pandas to_csv (index column first) can be given back")
     p.add_argument("--split", choices=PASS_SPLITS, default="test", action=_SplitGiven,
                    help="node tasks: the steps to predict (default test); --pairs names each pair's t instead")
     p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
