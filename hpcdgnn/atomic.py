@@ -19,7 +19,8 @@ from typing import IO
 
 from hpcdgnn.errors import umask_mode
 
-__all__ = ["RANDOM_TAIL", "atomic_write", "keep_as", "remove_temporaries", "sync_directory", "sync_path"]
+__all__ = ["RANDOM_TAIL", "atomic_write", "is_temporary", "keep_as", "remove_temporaries", "sync_directory",
+           "sync_path"]
 
 #: what ``link`` says on a file system without hard links (vfat, some FUSE and object-store mounts)
 _UNSUPPORTED = frozenset({errno.EPERM, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
@@ -170,13 +171,22 @@ def remove_temporaries(directory: str | Path, names: Iterable[str]) -> None:
         directory: where the files are written.
         names: the files' names (``summary.json``), the only ones whose temporaries go.
     """
-    prefixes = [_prefix(name) for name in names]
     try:
         entries = list(os.scandir(directory))
     except OSError:
         return
     for entry in entries:
-        ours = any(entry.name.startswith(p) and RANDOM_TAIL.fullmatch(entry.name[len(p):]) for p in prefixes)
         with contextlib.suppress(OSError):
-            if ours and entry.is_file(follow_symlinks=False):
+            if is_temporary(entry.name, names) and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
+
+
+def is_temporary(name: str, names: Iterable[str]) -> bool:
+    """Whether ``name`` is that of a temporary :func:`atomic_write` makes for one of the files ``names``:
+    ``.NAME.tmp-`` and mkstemp's 8 characters, nothing looser (a user's file of a like name is not one).
+
+    Args:
+        name: a directory entry's name.
+        names: the files' names (``manifest.json``).
+    """
+    return any(name.startswith(_prefix(n)) and RANDOM_TAIL.fullmatch(name[len(_prefix(n)):]) for n in names)

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-from hpcdgnn.atomic import RANDOM_TAIL, sync_directory, sync_path
+from hpcdgnn.atomic import RANDOM_TAIL, is_temporary, sync_directory, sync_path
 from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
@@ -152,9 +152,11 @@ def _not_a_dataset(root: Path, manifest: bool = True, writing: bool = False) -> 
         root: an existing directory.
         manifest: count a missing ``manifest.json``; False for a dataset being removed, which may have lost it.
         writing: ``root`` is a dataset being written (:func:`prepare_output_dir`'s), which holds its writer's
-            record (:data:`_WRITER`) too.
+            record (:data:`_WRITER`) too, and the manifest's temporary while that is written.
     """
-    names = {p.name for p in root.iterdir()} - ({_WRITER} if writing else set())
+    names = {p.name for p in root.iterdir()}
+    if writing:
+        names = {name for name in names if name != _WRITER and not is_temporary(name, ["manifest.json"])}
     other = sorted(names - DATASET_ENTRIES) or (["no manifest.json"] if manifest and "manifest.json" not in names
                                                 else [])
     shards = root / "shards"
@@ -290,12 +292,10 @@ def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
 
 
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
-    """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it, which
-    names its writer (:func:`_remove_killed`: a later prepare to ``root`` removes it once that process is gone)."""
+    """:func:`check_output`, then a fresh temporary dir beside it, which names its writer (:func:`_remove_killed`: a
+    later prepare to ``root`` removes it once that process is gone), then :func:`check_room` (``nbytes`` when
+    known)."""
     check_output(root, force)
-    _remove_killed(Path(root))  # before check_room: a killed prepare's shards may be what fills the disk
-    if nbytes is not None:
-        check_room(root, nbytes)
     root = Path(root)
     try:
         made = [d for d in (root.parent, *root.parent.parents) if not d.exists()]
@@ -309,18 +309,43 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
             tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
             _TEMPORARIES.add(tmp)
             umask_mode(tmp)  # not mkdtemp's 0700: the dataset is the user's group's to read
-        writer = _this_writer()
-        if writer is not None:
-            (tmp / _WRITER).write_text(writer)
+        _record_writer(tmp)
         (tmp / "shards").mkdir()
+        # the file system's clock, not this node's, dates the hidden directories beside it
+        now = tmp.stat().st_mtime
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {cannot_create(root.parent) or e.strerror or e}") \
             from None
+    _remove_killed(root, now)  # before check_room: a killed prepare's shards may be what fills the disk
+    if nbytes is not None:
+        try:
+            check_room(root, nbytes)
+        except DataError:
+            remove_temporary(tmp)
+            raise
     return tmp
 
 
 #: the file in a dataset being written (:func:`prepare_output_dir`) that names its writer, gone before the rename
 _WRITER = ".writer.json"
+#: how long a hidden directory must have sat unchanged without its writer's record before a prepare takes its writer
+#: for gone (:func:`_writer_gone`): a prepare holds one so only between two system calls (made, not yet recorded;
+#: its record removed for the rename), so one unchanged for minutes is a killed prepare's, even where a stalled
+#: file server held those calls up
+_UNRECORDED_S = 300.0
+
+
+def _record_writer(tmp: Path) -> None:
+    """Write :data:`_WRITER` into ``tmp`` (where ``/proc`` can name this process) in one ``write``: a kill leaves no
+    record or an empty one (:func:`_writer_gone` reads both as none), never half of one."""
+    writer = _this_writer()
+    if writer is None:
+        return
+    fd = os.open(tmp / _WRITER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        os.write(fd, writer.encode())
+    finally:
+        os.close(fd)
 
 
 def _started(pid: int) -> str | None:
@@ -348,22 +373,42 @@ def _this_writer() -> str | None:
     return json.dumps({"boot": boot, "pid_ns": namespace, "pid": os.getpid(), "started": started})
 
 
-def _writer_gone(tmp: Path) -> bool:
-    """Whether the process that wrote ``tmp`` is known to have ended: its :data:`_WRITER` names this host's boot and
-    pid namespace, and no process of that pid and start time runs. False wherever it cannot be told: no record
-    (a directory made by an older version, or its writer between ``mkdtemp`` and the record), one this process
-    cannot read, another host's or container's writer (a shared file system: its pids are not ours to look up),
-    one of an earlier boot (a node's crash: ``boot_id`` alone cannot tell this host's earlier boot from another
-    host's)."""
+def _writer_gone(tmp: Path, now: float) -> bool:
+    """Whether the prepare that wrote the hidden directory ``tmp`` is known to have ended.
+
+    With its :data:`_WRITER` record: the record names this host's boot and pid namespace, and no process of that
+    pid and start time runs. False wherever that cannot be told: a record this process cannot read or parse,
+    another host's or container's writer (a shared file system: its pids are not ours to look up), one of an
+    earlier boot (a node's crash: ``boot_id`` alone cannot tell this host's earlier boot from another host's).
+
+    Without one (none, or empty): only in the two states a prepare passes through without it, and once ``tmp`` has
+    sat unchanged :data:`_UNRECORDED_S`: holding nothing (made, its record not yet written) or a manifest (its
+    record removed for the rename). Anything else without a record (a directory an older version made, a user's)
+    stays.
+
+    Args:
+        tmp: a hidden directory beside the output.
+        now: the time on ``tmp``'s file system (a directory just made there), to date ``tmp`` by.
+    """
     try:
-        record = json.loads((tmp / _WRITER).read_text())
-        mine = json.loads(_this_writer() or "null")
-        if not isinstance(record, dict) or mine is None:
-            return False
-        same_host = (record.get("boot"), record.get("pid_ns")) == (mine["boot"], mine["pid_ns"])
-        return same_host and isinstance(record.get("pid"), int) and _started(record["pid"]) != record.get("started")
+        text = (tmp / _WRITER).read_text()
+    except FileNotFoundError:
+        text = ""
     except (OSError, ValueError):
         return False
+    if not text:
+        names = {p.name for p in tmp.iterdir()}
+        passing = names <= {_WRITER} or ("manifest.json" in names and _WRITER not in names)
+        return passing and tmp.stat().st_mtime < now - _UNRECORDED_S
+    try:
+        record = json.loads(text)
+        mine = json.loads(_this_writer() or "null")
+    except ValueError:
+        return False
+    if not isinstance(record, dict) or mine is None:
+        return False
+    same_host = (record.get("boot"), record.get("pid_ns")) == (mine["boot"], mine["pid_ns"])
+    return same_host and isinstance(record.get("pid"), int) and _started(record["pid"]) != record.get("started")
 
 
 def _named_beside(root: Path, prefix: str, tail: re.Pattern) -> list[os.DirEntry]:
@@ -382,21 +427,23 @@ def _named_beside(root: Path, prefix: str, tail: re.Pattern) -> list[os.DirEntry
     return [e for e in entries if e.name.startswith(prefix) and tail.fullmatch(e.name[len(prefix):])]
 
 
-def _remove_killed(root: Path) -> None:
+def _remove_killed(root: Path, now: float) -> None:
     """Remove the hidden directories ``.NAME.tmp-XXXXXXXX`` beside ``root`` that a prepare to ``root`` killed by
-    SIGKILL (a job's time limit, the OOM killer) on this host left: nothing removes them otherwise, and each may
-    hold a dataset's worth of shards. Only one this user owns, of mkdtemp's exact name, holding nothing but a
-    dataset's files, whose writer is known to be gone (:func:`_writer_gone`): a prepare writing one now, on this
-    host or another, and a user's directory so named stay. Best effort: one that cannot be removed is left.
+    SIGKILL (a job's time limit, the OOM killer) on this host left, wherever it was killed: nothing removes them
+    otherwise, and each may hold a dataset's worth of shards. Only one this user owns, of mkdtemp's exact name,
+    holding nothing but a dataset's files (and the manifest's temporary), whose writer is known to be gone
+    (:func:`_writer_gone`): a prepare writing one now, on this host or another, and a user's directory so named
+    stay. Best effort: one that cannot be removed is left.
 
     Args:
         root: the output about to be written.
+        now: the time on ``root``'s file system (:func:`_writer_gone`).
     """
     for entry in _named_beside(root, f".{root.name}.tmp-", RANDOM_TAIL):
         path = Path(entry.path)
         with suppress(OSError):
             if (entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
-                    and _writer_gone(path) and not _not_a_dataset(path, manifest=False, writing=True)):
+                    and not _not_a_dataset(path, manifest=False, writing=True) and _writer_gone(path, now)):
                 shutil.rmtree(path)
 
 
@@ -542,8 +589,11 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
             nothing moved), or a rename failed (another dataset put there meanwhile; the earlier one kept).
     """
     with named_on_failure(root):
-        (tmp / _WRITER).unlink(missing_ok=True)  # a dataset holds its own files only
         _sync_tree(tmp)
+        # a dataset holds its own files only; the record goes last, so that a prepare killed during the sync is
+        # known by it
+        (tmp / _WRITER).unlink(missing_ok=True)
+        sync_directory(tmp)
     with _stops_held(deliver=False) as came:
         aside = _set_aside(root) if force and root.is_dir() else None
         try:

@@ -1,0 +1,100 @@
+"""A prepare killed (SIGKILL, a node's crash) at any point after its hidden ``.NAME.tmp-*`` exists: the next prepare
+to that output removes what it left, and never what a prepare still running holds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.data.writer import RawSnapshot, write_dataset
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: a prepare of two snapshots that SIGKILLs itself at the point ``sys.argv[2]`` names
+_KILLED_AT = """
+import os, signal, sys
+from pathlib import Path
+import numpy as np
+import hpcdgnn.data.writer as writer
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+root, point = Path(sys.argv[1]), sys.argv[2]
+rename, replace, sync_path = os.rename, os.replace, writer.sync_path
+if point == "made":  # mkdtemp done, its writer's record not yet written
+    writer._this_writer = die
+elif point == "manifest":  # the manifest's temporary written and synced, not yet renamed
+    os.replace = lambda src, dst: die() if str(dst).endswith("manifest.json") else replace(src, dst)
+elif point == "sync":  # every file written, the tree being synced before the rename
+    writer.sync_path = lambda path, strict: die() if str(path).endswith("vertices.h5") else sync_path(path, strict)
+elif point == "rename":  # synced, about to be renamed into place
+    os.rename = lambda src, dst: die() if Path(dst) == root else rename(src, dst)
+snapshots = [writer.RawSnapshot(src=np.array([0]), dst=np.array([1])), writer.RawSnapshot(src=np.array([1]),
+                                                                                      dst=np.array([2]))]
+writer.write_dataset(root, snapshots, num_vertices=5, shard_snapshots=1)
+"""
+
+_DAY_S = 86400
+
+
+def _killed_at(root: Path, point: str) -> Path:
+    """Run a prepare to ``root`` killed at ``point``; its hidden directory."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_AT, str(root), point], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    [hidden] = root.parent.glob(f".{root.name}.tmp-*")
+    return hidden
+
+
+def _snapshots():
+    return [RawSnapshot(src=np.array([0, 2]), dst=np.array([1, 3])) for _ in range(3)]
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+@pytest.mark.parametrize("point", ["made", "manifest", "sync", "rename"])
+def test_a_prepare_killed_at_any_point_leaves_nothing_the_next_one_keeps(tmp_path, point):
+    """Killed before its writer's record was written (an empty directory), while the manifest was written (its
+    ``.manifest.json.tmp-*`` inside), while the tree was synced or just before the rename (the record already
+    removed for the rename): the next prepare did not recognise the directory and kept it for ever. Now a
+    directory with its writer's record goes as soon as that writer is gone; one without goes once it has sat
+    unchanged for minutes (a prepare holds it without its record only between two system calls)."""
+    root = tmp_path / "d"
+    hidden = _killed_at(root, point)
+    if not (hidden / ".writer.json").is_file():
+        _age(hidden, _DAY_S)
+    write_dataset(root, _snapshots(), num_vertices=5)
+    assert load_manifest(root).num_snapshots == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_an_unrecorded_directory_a_prepare_may_be_setting_up_stays(tmp_path):
+    """A hidden directory without its writer's record, changed within the last minutes (a prepare between making
+    it and writing its record, or between removing the record and the rename), stays, as does one of that shape
+    holding anything else (a killed prepare's of an older version, a user's); an empty record (its writer killed
+    between creating and writing it) is no record."""
+    root = tmp_path / "d"
+    made = _killed_at(root, "made")
+    fresh = made.with_name(".d.tmp-fresh001")
+    made.rename(fresh)
+    empty_record = tmp_path / ".d.tmp-emptyrc1"
+    empty_record.mkdir()
+    (empty_record / ".writer.json").write_text("")
+    _age(empty_record, _DAY_S)
+    older = tmp_path / ".d.tmp-older001"  # shards but neither record nor manifest
+    (older / "shards").mkdir(parents=True)
+    _age(older, _DAY_S)
+    write_dataset(root, _snapshots(), num_vertices=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".d.tmp-fresh001", ".d.tmp-older001", "d"]
