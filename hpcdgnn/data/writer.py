@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 from collections import deque
@@ -359,9 +360,14 @@ def _started(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+#: host names that many machines answer to: a record naming one tells no host from another
+_SHARED_HOST_NAMES = frozenset({"", "localhost", "localhost.localdomain"})
+
+
 def _this_writer() -> str | None:
-    """This process as :data:`_WRITER` records it: the kernel's boot (``boot_id``: this host, since its boot), the
-    pid namespace (a container's pids are another's), pid and start time; None where ``/proc`` cannot say."""
+    """This process as :data:`_WRITER` records it: the host's name, the kernel's boot (``boot_id``: this host, since
+    its boot), the pid namespace (a container's pids are another's), pid and start time; None where ``/proc``
+    cannot say."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         namespace = os.readlink("/proc/self/ns/pid")
@@ -370,16 +376,18 @@ def _this_writer() -> str | None:
     started = _started(os.getpid())
     if started is None:
         return None
-    return json.dumps({"boot": boot, "pid_ns": namespace, "pid": os.getpid(), "started": started})
+    return json.dumps({"host": socket.gethostname(), "boot": boot, "pid_ns": namespace, "pid": os.getpid(),
+                       "started": started})
 
 
 def _writer_gone(tmp: Path, now: float) -> bool:
     """Whether the prepare that wrote the hidden directory ``tmp`` is known to have ended.
 
-    With its :data:`_WRITER` record: the record names this host's boot and pid namespace, and no process of that
-    pid and start time runs. False wherever that cannot be told: a record this process cannot read or parse,
-    another host's or container's writer (a shared file system: its pids are not ours to look up), one of an
-    earlier boot (a node's crash: ``boot_id`` alone cannot tell this host's earlier boot from another host's).
+    With its :data:`_WRITER` record: the record names this host and another boot (a node's crash and reboot ended
+    every process of the earlier one), or this host's boot and pid namespace and no process of that pid and start
+    time runs. False wherever that cannot be told: a record this process cannot read or parse, one naming no
+    host or a name many share (``boot_id`` alone cannot tell this host's earlier boot from another host's), another
+    host's or container's writer (a shared file system: its pids are not ours to look up).
 
     Without one (none, or empty): only in the two states a prepare passes through without it, and once ``tmp`` has
     sat unchanged :data:`_UNRECORDED_S`: holding nothing (made, its record not yet written) or a manifest (its
@@ -407,6 +415,9 @@ def _writer_gone(tmp: Path, now: float) -> bool:
         return False
     if not isinstance(record, dict) or mine is None:
         return False
+    this_host = record.get("host") == mine["host"] and mine["host"] not in _SHARED_HOST_NAMES
+    if this_host and isinstance(record.get("boot"), str) and record["boot"] != mine["boot"]:
+        return True
     same_host = (record.get("boot"), record.get("pid_ns")) == (mine["boot"], mine["pid_ns"])
     return same_host and isinstance(record.get("pid"), int) and _started(record["pid"]) != record.get("started")
 

@@ -98,3 +98,32 @@ def test_an_unrecorded_directory_a_prepare_may_be_setting_up_stays(tmp_path):
     _age(older, _DAY_S)
     write_dataset(root, _snapshots(), num_vertices=5)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".d.tmp-fresh001", ".d.tmp-older001", "d"]
+
+
+def test_a_prepare_of_an_earlier_boot_of_this_host_goes_with_the_next_one(tmp_path):
+    """A node that crashed and rebooted: the hidden directory its prepare left named a boot id no process has now,
+    and stayed for ever (``boot_id`` alone cannot tell an earlier boot of this host from another host). The record
+    names the host now: one of this host's earlier boot goes; one of another host (a shared file system), one
+    without a host (an older version's), one of a name many hosts share, and an unreadable record stay."""
+    import json
+    import shutil
+    import socket
+
+    root = tmp_path / "d"
+    killed = _killed_at(root, "manifest")
+    record = json.loads((killed / ".writer.json").read_text())
+    assert record["host"] == socket.gethostname()
+    records = {
+        "rebooted": {**record, "boot": "an-earlier-boot"},
+        "otherhst": {**record, "boot": "an-earlier-boot", "host": "another-node"},
+        "nohost01": {k: v for k, v in {**record, "boot": "an-earlier-boot"}.items() if k != "host"},
+        "localhst": {**record, "boot": "an-earlier-boot", "host": "localhost"},
+        "unreadbl": None,
+    }
+    for name, rec in records.items():
+        shutil.copytree(killed, tmp_path / f".d.tmp-{name}")
+        (tmp_path / f".d.tmp-{name}" / ".writer.json").write_text("{not json" if rec is None else json.dumps(rec))
+    shutil.rmtree(killed)
+    write_dataset(root, _snapshots(), num_vertices=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".d.tmp-localhst", ".d.tmp-nohost01", ".d.tmp-otherhst",
+                                                         ".d.tmp-unreadbl", "d"]

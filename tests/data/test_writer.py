@@ -522,7 +522,8 @@ def test_the_hidden_directory_of_a_killed_prepare_goes_with_the_next_one(tmp_pat
         kept[name] = tmp_path / f".d.tmp-{name}"
         shutil.copytree(killed, kept[name])
     record = json.loads((killed / ".writer.json").read_text()) if (killed / ".writer.json").is_file() else {}
-    (kept["otherbt1"] / ".writer.json").write_text(json.dumps({**record, "boot": "another-host-or-boot"}))
+    other = {**record, "host": "another-node", "boot": "another-boot"}
+    (kept["otherbt1"] / ".writer.json").write_text(json.dumps(other))
     (kept["userfil1"] / "notes.txt").write_text("mine")
     (kept["norecrd1"] / ".writer.json").unlink(missing_ok=True)
     running = prepare_output_dir(root, False)  # a prepare writing now: this process's
