@@ -572,10 +572,15 @@ def _remove_asides(root: Path) -> None:
     a dataset's files goes (a user's folder so named stays); best effort: one that cannot be removed waits for the
     next prepare to ``root``."""
     for entry in _named_beside(root, _ASIDE.format(root.name), _ASIDE_TAIL):
-        path = Path(entry.path)
-        with suppress(OSError):
-            if entry.is_dir(follow_symlinks=False) and not _not_a_dataset(path, manifest=False):
-                shutil.rmtree(path)
+        _remove_aside(Path(entry.path))
+
+
+def _remove_aside(path: Path) -> None:
+    """Remove the earlier dataset :func:`_set_aside` moved to ``path``: a directory holding nothing but a dataset's
+    files (a user's folder so named stays); best effort, gone already or not."""
+    with suppress(OSError):
+        if path.is_dir() and not path.is_symlink() and not _not_a_dataset(path, manifest=False):
+            shutil.rmtree(path)
 
 
 def replace_dir(tmp: Path, root: Path, force: bool) -> None:
@@ -626,11 +631,20 @@ def _not_moved(root: Path, e: OSError, aside: Path | None) -> DataError:
     """The one line for a finished dataset that could not be renamed to ``root``, once the earlier dataset is put
     back where it can be.
 
+    Where another prepare's dataset took ``root`` meanwhile (two ``--force`` to one output: each set aside what it
+    found, and the first to rename its own in removes every earlier one, this one's included), that one has
+    replaced the earlier dataset as this one would have: this one's aside goes too, never named as kept.
+
     Args:
         root: the output.
         e: the rename's error.
         aside: where :func:`_set_aside` moved the earlier dataset, or None.
     """
+    if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and _is_dataset(root):
+        if aside is not None:
+            _remove_aside(aside)
+        return DataError(f"{root}: another prepare replaced the output meanwhile (two prepares into one --output?); "
+                         "its dataset is kept, and this one discarded")
     kept = ""
     if aside is not None:
         try:
