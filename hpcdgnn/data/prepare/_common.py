@@ -56,6 +56,7 @@ __all__ = [
     "quoted_fields",
     "comma_separated",
     "looks_like_header",
+    "note_numbered_first_line",
     "describe_header",
     "check_header_width",
     "RowWidths",
@@ -895,6 +896,27 @@ def looks_like_header(first: Sequence[str], second: Sequence[str] | None) -> boo
     if second is None:
         return False
     return any(not _is_number(a) and _is_number(b) for a, b in zip(first, second, strict=False))
+
+
+def note_numbered_first_line(path: Path, lineno: int, fields: Sequence[str]) -> None:
+    """Warn that the first line ``lineno``, read as data, is also what pandas writes as the header of unnamed
+    columns (``DataFrame.to_csv(index=False)`` of a frame built from arrays: ``0,1,2``).
+
+    Such a line is ambiguous, and stays data in every reader (numpy's and the line-by-line one, snap's and jodie's
+    by index): by each format's rules a line of numbers is a row, and a first event skipped as a header would be
+    lost without a word; added without one, an event the user took for a header (0 -> 1 at time 2) would be
+    too. So it is kept and said once, naming the line, for the user to remove if it is a header.
+
+    Args:
+        path: the input, for the line.
+        lineno: the first data line's number.
+        fields: its fields (unquoted).
+    """
+    names = [f.strip() for f in fields]
+    if len(names) >= 3 and names == [str(i) for i in range(len(names))]:
+        print(f"hpcdgnn prepare: warning: {path}:{lineno}: {','.join(names)} is read as data, an event, though "
+              "pandas writes it as the header of unnamed columns (DataFrame.to_csv): if it is one, remove that line",
+              file=sys.stderr, flush=True)
 
 
 def check_header_width(path: Path, header: Sequence[str] | None, lineno: int, width: int) -> None:

@@ -57,6 +57,7 @@ from hpcdgnn.data.prepare._common import (
     last_breaks_order,
     leading_fields,
     looks_like_header,
+    note_numbered_first_line,
     parse_columns,
     parse_numbers,
     plain_text,
@@ -399,6 +400,8 @@ def _plain_table(
         if ((label != 0) & (label != 1)).any():
             return None
         label = label.astype(np.int64)
+    if header is None:
+        note_numbered_first_line(path, head[0][0], split_fields(head[0][1], True, path, head[0][0]))
     return _Table(users, items, time, label, features, fnames, names)
 
 
@@ -424,6 +427,8 @@ def _data_rows(
     if not head:
         raise DataError(f"{path}: no interactions (empty file or header only)")
     index, names, header = _header_columns(path, head[0], head[1] if len(head) > 1 else None, columns)
+    if header is None:
+        note_numbered_first_line(path, head[0][0], split_fields(head[0][1], True, path, head[0][0]))
     rows = LastLine(path, text, itertools.chain(head[1:] if header is not None else head, numbered))
     widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     return rows, index, names, header, '"' in text, widths

@@ -45,6 +45,7 @@ from hpcdgnn.data.prepare._common import (
     guess_columns,
     last_breaks_order,
     looks_like_header,
+    note_numbered_first_line,
     parse_columns,
     parse_numbers,
     quoted_fields,
@@ -234,6 +235,9 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     check_not_json(path, text[:64].encode(), "snap")
     plain = _plain_columns(text) if columns is None else None
     if plain is not None:
+        row = next(_numbered_lines(text), None)
+        if row is not None:
+            note_numbered_first_line(path, row[0], _fields(path, row))
         return _from_columns(plain)
     rows = _matrix_market(path, text, _numbered_lines(text))
     head = list(itertools.islice(rows, 2))
@@ -246,6 +250,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     # (a file of a header line alone, too: one line without a number)
     if looks_like_header(first[-1:], second[-1:]) if second is not None else not any(map(_is_number, first)):
         raise _header_error(path, head[0][0], first)
+    note_numbered_first_line(path, head[0][0], first)
     cols: list[list[str]] | None = None
     lines: list[int] = []
     first_line = 0
@@ -299,6 +304,8 @@ def _parse_mapped(
         if t < len(first) and t < len(second) and looks_like_header([first[t]], [second[t]]):
             header = first
     index = resolve_columns(columns, header, path, head[0][0])
+    if header is None:
+        note_numbered_first_line(path, head[0][0], first)
     keys = [k for k in ("src", "dst", "time", "weight") if k in index]
     need = max(index.values()) + 1
     want = ",".join(f"{k}={columns[k]}" for k in keys)
