@@ -27,6 +27,7 @@ from hpcdgnn.errors import (
     StalledError,
     out_of_memory,
 )
+from hpcdgnn.preemption import STOP_SIGNALS
 
 __all__ = ["main"]
 
@@ -81,7 +82,7 @@ def _interrupt(signum, frame) -> None:
 _SPMD_COMMANDS = ("run", "embed", "predict")
 #: the signals that stop embed and predict once started, and their exit status then, whichever it was
 #: (:func:`_spmd_body`): SIGUSR1 is hpcdgnn-mpirun's form of a first SIGTERM or SIGINT
-_PASS_STOPS, EXIT_PASS_STOPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1), 130
+_PASS_STOPS, EXIT_PASS_STOPPED = STOP_SIGNALS, 130
 
 
 #: where launchers tell each process its rank before MPI starts: Open MPI, PMIx, Hydra (PMI), MVAPICH, srun, jsrun
@@ -891,9 +892,9 @@ def _main(argv: list[str] | None) -> int:
         # the dataset writers remove their hidden directory on the way out; the other commands write in place
         kept = "; nothing it was writing is left" if args.command in ("prepare", "generate") else ""
         if kept:
-            from hpcdgnn.data.writer import remove_temporaries
+            from hpcdgnn.data.writer import remove_unfinished_datasets
 
-            remove_temporaries()
+            remove_unfinished_datasets()
         if _speaks_for_job():
             print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return _stop_status(n)

@@ -15,11 +15,13 @@ import signal
 import stat
 from collections.abc import Iterator
 
-__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_NAME_VAR", "RELAYED_VAR", "RELAYS", "PreemptionFlag", "Stopped",
-           "check_stop", "describe_signal", "forget_stop", "hold", "install", "relayed", "requested",
+__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_NAME_VAR", "RELAYED_VAR", "RELAYS", "STOP_SIGNALS", "PreemptionFlag",
+           "Stopped", "check_stop", "describe_signal", "forget_stop", "hold", "install", "relayed", "requested",
            "requested_while_waiting", "reset", "signal_name", "stop", "waiting"]
 
-_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+#: the signals that stop a run, a one-process command (prepare, generate, embed, predict) and a dataset's write:
+#: SIGTERM (``scancel``), Ctrl-C's SIGINT, SIGUSR1 (a scheduler's early warning, hpcdgnn-mpirun's relay of either)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 #: what hpcdgnn-mpirun puts in the environment of the job it launches: the path of a file of its own (on Linux one
 #: without a name, ``/proc/PID/fd/N``, gone with the launcher) into which it writes the signal (SIGTERM, SIGINT) it
@@ -229,13 +231,13 @@ def install(at_once: bool = False) -> PreemptionFlag:
     if _FLAG is None:
         _FLAG = PreemptionFlag(at_once)
         try:
-            for sig in _SIGNALS:
+            for sig in STOP_SIGNALS:
                 previous = signal.getsignal(sig)
                 signal.signal(sig, _FLAG.handle)
                 _PREVIOUS[sig] = previous  # only once replaced: reset() puts back what it replaced
         except ValueError:  # not the main thread: leave signals alone
             return _FLAG
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
 
 
@@ -272,4 +274,4 @@ def reset() -> None:
 
 def hold() -> None:
     """Block the pre-emption signals until :func:`install`; one sent meanwhile stays pending, even across exec."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)

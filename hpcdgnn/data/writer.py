@@ -46,6 +46,7 @@ from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, Sha
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
 from hpcdgnn.indices import index_dtype as index_dtype_for
+from hpcdgnn.preemption import STOP_SIGNALS
 from hpcdgnn.progress import Progress
 
 __all__ = [
@@ -233,7 +234,7 @@ def remove_temporary(tmp: Path) -> None:
     _TEMPORARIES.discard(tmp)
 
 
-def remove_temporaries() -> None:
+def remove_unfinished_datasets() -> None:
     """Remove this process's hidden dataset directories not moved into place: a command stopped by a signal
     leaves none, wherever the signal landed (the writers remove their own on the way out; this catches one that
     arrived before the writer's cleanup was in place)."""
@@ -255,8 +256,6 @@ def removed_on_error() -> Iterator[None]:
         raise
 
 
-#: the signals that stop prepare and generate: SIGTERM (``scancel``), Ctrl-C, hpcdgnn-mpirun's SIGUSR1
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 #: (the stop signal, the dataset) where one came once the dataset was whole at its output (:func:`replace_dir`):
 #: nothing was left to stop, and the command ends as done, saying so (:func:`late_stop`)
 _LATE: list[tuple[int, Path]] = []
@@ -281,7 +280,7 @@ def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
     saved: dict[int, Any] = {}
     try:
         if threading.current_thread() is threading.main_thread():
-            for sig in _STOP_SIGNALS:
+            for sig in STOP_SIGNALS:
                 if signal.getsignal(sig) is not None:  # None: set outside Python, which could not be put back
                     saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
         yield came
@@ -303,7 +302,7 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
         root.parent.mkdir(parents=True, exist_ok=True)
         for d in made:  # a directory made here is on disk only once its parent is: else a crash takes the dataset
             sync_directory(d.parent)
-        # a stop signal waits until the directory is on the list :func:`remove_temporaries` clears: arriving
+        # a stop signal waits until the directory is on the list :func:`remove_unfinished_datasets` clears: arriving
         # between its creation and the caller's cleanup it would leave it behind
         with _stops_held():
             # mkdtemp, not the pid: two nodes on a shared file system may share a pid

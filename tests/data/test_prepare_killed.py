@@ -127,3 +127,16 @@ def test_a_prepare_of_an_earlier_boot_of_this_host_goes_with_the_next_one(tmp_pa
     write_dataset(root, _snapshots(), num_vertices=5)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".d.tmp-localhst", ".d.tmp-nohost01", ".d.tmp-otherhst",
                                                          ".d.tmp-unreadbl", "d"]
+
+
+def test_the_stop_signals_are_one_tuple_for_the_command_and_the_writer():
+    """prepare's writer held back its own tuple of stop signals, the command line passed on another, and pre-emption
+    a third: a signal added to one would stop a command the writer did not hold it for. One tuple now, and the
+    writer's removal of its unfinished datasets is no longer named like hpcdgnn.atomic's remove_temporaries, which
+    removes another thing (a directory's atomic_write temporaries)."""
+    import hpcdgnn.__main__ as cli
+    import hpcdgnn.data.writer as writer
+    from hpcdgnn import preemption
+
+    assert cli._PASS_STOPS is preemption.STOP_SIGNALS and writer.STOP_SIGNALS is preemption.STOP_SIGNALS
+    assert not hasattr(writer, "remove_temporaries") and callable(writer.remove_unfinished_datasets)
