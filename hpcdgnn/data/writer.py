@@ -292,11 +292,14 @@ def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
 
 
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
-    """:func:`check_output`, then a fresh temporary dir beside it, which names its writer (:func:`_remove_killed`: a
-    later prepare to ``root`` removes it once that process is gone), then :func:`check_room` (``nbytes`` when
-    known)."""
+    """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it, which
+    names its writer (:func:`_remove_killed`: a later prepare to ``root`` removes it once that process is gone)."""
     check_output(root, force)
     root = Path(root)
+    # before check_room and the directory: a killed prepare's shards may be what fills the disk
+    _remove_killed(root, None)
+    if nbytes is not None:
+        check_room(root, nbytes)
     try:
         made = [d for d in (root.parent, *root.parent.parents) if not d.exists()]
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -316,13 +319,7 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {cannot_create(root.parent) or e.strerror or e}") \
             from None
-    _remove_killed(root, now)  # before check_room: a killed prepare's shards may be what fills the disk
-    if nbytes is not None:
-        try:
-            check_room(root, nbytes)
-        except DataError:
-            remove_temporary(tmp)
-            raise
+    _remove_killed(root, now)  # those only time tells, by the file system's clock
     return tmp
 
 
@@ -379,7 +376,7 @@ def _this_writer() -> str | None:
                        "started": started})
 
 
-def _writer_gone(tmp: Path, now: float) -> bool:
+def _writer_gone(tmp: Path, now: float | None) -> bool:
     """Whether the prepare that wrote the hidden directory ``tmp`` is known to have ended.
 
     With its :data:`_WRITER` record: the record names this host and another boot (a node's crash and reboot ended
@@ -395,7 +392,8 @@ def _writer_gone(tmp: Path, now: float) -> bool:
 
     Args:
         tmp: a hidden directory beside the output.
-        now: the time on ``tmp``'s file system (a directory just made there), to date ``tmp`` by.
+        now: the time on ``tmp``'s file system (a directory just made there), to date ``tmp`` by; None judges by
+            the record alone.
     """
     try:
         text = (tmp / _WRITER).read_text()
@@ -404,6 +402,8 @@ def _writer_gone(tmp: Path, now: float) -> bool:
     except (OSError, ValueError):
         return False
     if not text:
+        if now is None:
+            return False
         names = {p.name for p in tmp.iterdir()}
         passing = names <= {_WRITER} or ("manifest.json" in names and _WRITER not in names)
         return passing and tmp.stat().st_mtime < now - _UNRECORDED_S
@@ -437,7 +437,7 @@ def _named_beside(root: Path, prefix: str, tail: re.Pattern) -> list[os.DirEntry
     return [e for e in entries if e.name.startswith(prefix) and tail.fullmatch(e.name[len(prefix):])]
 
 
-def _remove_killed(root: Path, now: float) -> None:
+def _remove_killed(root: Path, now: float | None) -> None:
     """Remove the hidden directories ``.NAME.tmp-XXXXXXXX`` beside ``root`` that a prepare to ``root`` killed by
     SIGKILL (a job's time limit, the OOM killer) on this host left, wherever it was killed: nothing removes them
     otherwise, and each may hold a dataset's worth of shards. Only one this user owns, of mkdtemp's exact name,
@@ -447,7 +447,7 @@ def _remove_killed(root: Path, now: float) -> None:
 
     Args:
         root: the output about to be written.
-        now: the time on ``root``'s file system (:func:`_writer_gone`).
+        now: the time on ``root``'s file system, or None (:func:`_writer_gone`).
     """
     for entry in _named_beside(root, f".{root.name}.tmp-", RANDOM_TAIL):
         path = Path(entry.path)

@@ -140,3 +140,24 @@ def test_the_stop_signals_are_one_tuple_for_the_command_and_the_writer():
 
     assert cli._PASS_STOPS is preemption.STOP_SIGNALS and writer.STOP_SIGNALS is preemption.STOP_SIGNALS
     assert not hasattr(writer, "remove_temporaries") and callable(writer.remove_unfinished_datasets)
+
+
+def test_a_killed_prepare_s_shards_go_before_the_next_one_makes_its_directory(tmp_path, monkeypatch):
+    """A disk filled by the shards of a prepare killed mid-way: the next prepare made its own hidden directory
+    first, which the full disk refused ('cannot create the output here: No space left on device'), and never came
+    to remove the killed one's. A killed prepare known by its record goes before anything is made."""
+    import errno
+    import tempfile
+
+    root = tmp_path / "d"
+    killed = _killed_at(root, "manifest")
+    mkdtemp = tempfile.mkdtemp
+
+    def full(*args, **kwargs):
+        if killed.exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return mkdtemp(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    write_dataset(root, _snapshots(), num_vertices=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
