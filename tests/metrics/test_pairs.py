@@ -128,6 +128,7 @@ def test_the_help_and_results_doc_say_a_header_is_read_and_predict_s_output_give
     parser = argparse.ArgumentParser()
     add_predict_arguments(parser)
     helped = " ".join(next(a.help for a in parser._actions if a.dest == "pairs").split())
-    assert "column names (u,v,t) is read as a header" in helped and "u,v,t,score output can be given back" in helped
+    assert "column names is a header: u, v, t are read by name" in helped, helped
+    assert "u,v,t,score output or a pandas to_csv (index column first) can be given back" in helped, helped
     doc = " ".join((REPO / "docs" / "results.md").read_text().split())
     assert "is read as a header" in doc and "`u,v,t,score` output can be given back as `--pairs`" in doc
