@@ -107,7 +107,10 @@ Speed-up compares epoch times, which is meaningful only between runs of the same
 work: ``plot`` refuses runs that differ in model or task settings, and, for
 strong scaling, in dataset (the sha256 of ``data.path``'s
 ``manifest.json`` where it can be read here, else ``data.path``, plus N and T);
-for weak scaling, in T or in vertices per rank N/P. The error names both runs, and the other mode where
+for weak scaling, in T or in vertices per rank N/P; and runs timed under other conditions: ``train.dtype``,
+device, torch threads per rank, the kind of epochs timed (``timed_epochs``), ``comm.backend`` between runs of
+P > 1, and a strategy's options between its own runs (but for the layout that scales with P: memory's i×j×k,
+grid's sides). The error names both runs, and the other mode where
 their sizes are that mode's (a weak sweep's runs plotted as strong scaling, the default).
 """
 
@@ -268,6 +271,11 @@ def read_run(run_dir: Path) -> dict:
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),
         "_model_cfg": cfg.get("model"),
         "_task_cfg": cfg.get("task"),
+        "_strategy_cfg": {k: v for k, v in cfg["strategy"].items() if k not in _LAYOUT_KEYS},
+        # how the work ran (older records lack some: None, then not compared)
+        "_dtype": cfg.get("train", {}).get("dtype", env.get("dtype")),
+        "_device": env.get("device"),
+        "_backend": cfg.get("comm", {}).get("backend", env.get("comm_backend")),
     }
 
 
@@ -276,8 +284,13 @@ def check_comparable(rows: list[dict], mode: str) -> None:
 
     Strong scaling: same dataset (manifest sha256 when both manifests are readable here, else the
     same ``data.path``), N and T. Weak scaling: the dataset grows with P by design, so the same T
-    and vertices per rank N/P. Both: the same model and task sections. Strategies may differ: they
-    are ways to do the same work, and the speed-up is taken against the fastest of them (:func:`add_scaling`).
+    and vertices per rank N/P. Both: the same model and task sections, and the same conditions of the time:
+    ``train.dtype`` (float64 doubles the bytes moved and computed: a float64 baseline made float32 runs look
+    super-linear), device, torch threads per rank and the kind of epochs timed (steady, or a slower warm-up or
+    profiled one); ``comm.backend`` between runs that communicate (P > 1). Strategies may differ: they
+    are ways to do the same work, and the speed-up is taken against the fastest of them (:func:`add_scaling`);
+    runs of one strategy must have the same options, but for the layout that scales with P
+    (:data:`_LAYOUT_KEYS`). Where an older record lacks a setting it is not compared.
 
     Raises:
         SystemExit: the first pair (smallest-P run, other run) that differs.
@@ -290,12 +303,26 @@ def check_comparable(rows: list[dict], mode: str) -> None:
                   "one run, and the speed-ups are taken against the fastest run at the smallest P", flush=True)
         seen.setdefault(key, str(r["run_dir"]))
     base = min(rows, key=lambda r: r["P"])
+    first = {}  # per strategy, its smallest-P run: the reference for its options
+    for r in sorted(rows, key=lambda r: r["P"]):
+        first.setdefault(r["strategy"], r)
+    talking = [r for r in rows if r["P"] > 1]
     for r in rows:
         checks = [
             ("model", base["_model_cfg"], r["_model_cfg"]),
             ("task", base["_task_cfg"], r["_task_cfg"]),
             ("T (snapshots)", base["T"], r["T"]),
+            ("train.dtype", base.get("_dtype"), r.get("_dtype")),
+            ("device", base.get("_device"), r.get("_device")),
+            ("threads per rank", base.get("threads_per_rank"), r.get("threads_per_rank")),
+            ("epochs timed (timed_epochs)", base.get("timed_epochs"), r.get("timed_epochs")),
         ]
+        checks = [c for c in checks if c[0] in ("model", "task", "T (snapshots)") or None not in c[1:]]
+        ref = first[r["strategy"]]
+        if ref is not r and ref.get("_strategy_cfg") is not None and r.get("_strategy_cfg") is not None:
+            checks.append((f"strategy options of {r['strategy']}", ref["_strategy_cfg"], r["_strategy_cfg"]))
+        if r["P"] > 1 and talking[0].get("_backend") is not None and r.get("_backend") is not None:
+            checks.append(("comm.backend", talking[0]["_backend"], r["_backend"]))
         if mode == "strong":
             checks.append(("N (vertices)", base["N"], r["N"]))
             a, b = base["_manifest_sha256"], r["_manifest_sha256"]
@@ -307,8 +334,10 @@ def check_comparable(rows: list[dict], mode: str) -> None:
             checks.append(("vertices per rank N/P", base["N"] / base["P"], r["N"] / r["P"]))
         for what, va, vb in checks:
             if va != vb:
+                other = (ref if what.startswith("strategy options") else talking[0] if what == "comm.backend"
+                         else base)
                 raise SystemExit(
-                    f"scaling.py plot: cannot compare {base['run_dir']} (P={base['P']}) with {r['run_dir']}"
+                    f"scaling.py plot: cannot compare {other['run_dir']} (P={other['P']}) with {r['run_dir']}"
                     f" (P={r['P']}): {what} differs ({va!r} vs {vb!r}); a {mode}-scaling speed-up needs the same"
                     " work in every run, so plot these in separate sweeps" + _other_mode(base, r, mode, what)
                 )
@@ -337,6 +366,11 @@ def baseline(rows: list[dict]) -> dict:
     """The run speed-ups are taken against: the fastest (smallest ``epoch_s``) at the smallest P, of any strategy."""
     p0 = min(r["P"] for r in rows)
     return min((r for r in rows if r["P"] == p0), key=lambda r: r["epoch_s"])
+
+
+#: strategy options that set the parallel layout, derived from or scaling with P (:func:`_layout`): they may
+#: differ between the runs of a strategy, its other options may not
+_LAYOUT_KEYS = frozenset({"minibatch", "epoch", "memory", "snapshot_ranks", "vertex_ranks"})
 
 
 def _layout(options: dict, plan: dict) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""perf/scaling.py: sweeps under mpirun write a CSV whose numbers come from the runs, plots, and the node's ceiling."""
+"""perf/scaling.py: sweeps under mpirun write a CSV whose numbers come from the runs, plots, and the node's ceiling;
+and, on hand-written run records (tests/perf/test_scaling_plot.py's), what the table is built from."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, mpi_env, perf_script
+from tests.perf.test_scaling_plot import _dataset, _epochs, _run_dir
 
-pytestmark = pytest.mark.mpi  # scaling.py's sweeps run `mpirun -np P python -m hpcdgnn run`
+#: scaling.py's sweeps run `mpirun -np P python -m hpcdgnn run`
+sweeps = pytest.mark.mpi
 
 
+@sweeps
 def test_weak_sweep_csv_and_plots(tmp_path):
     out = tmp_path / "weak"
     cmd = [sys.executable, str(REPO / "perf" / "scaling.py"), "run", "--mode", "weak", "--ranks", "1", "2",
@@ -47,6 +52,7 @@ def test_weak_sweep_csv_and_plots(tmp_path):
     assert (out / "job-p1.yaml").read_text() == job
 
 
+@sweeps
 def test_strong_sweep_with_the_node_ceiling(tmp_path):
     """--ceiling: per P > 1, P copies of the P = 1 job run at once; ceiling.csv holds P · t(1) / t(slowest copy)
     from those runs' own summaries, and the table gives each run's share of it. Refused off strong-from-1.
@@ -86,3 +92,50 @@ def test_a_run_killed_without_a_word_is_not_blamed_on_its_epoch_line():
     assert error_line(said) == "hpcdgnn: error: job.yaml: model.hidden: -1"
     crashed = subprocess.CompletedProcess([], 1, "epoch 1\n", "Traceback ...\nValueError: boom\n")
     assert error_line(crashed) == "ValueError: boom"
+
+
+def _edit(run, name, **sections):
+    """Update sections of a hand-written run's ``name`` (``config.resolved.yaml`` or ``summary.json``)."""
+    path = run / name
+    load, dump = (yaml.safe_load, yaml.safe_dump) if name.endswith(".yaml") else (json.loads, json.dumps)
+    data = load(path.read_text())
+    for key, values in sections.items():
+        data.setdefault(key, {}).update(values)
+    path.write_text(dump(data))
+
+
+@pytest.mark.parametrize(("name", "section", "change", "what"), [
+    ("config.resolved.yaml", "train", {"dtype": "float64"}, "train.dtype"),
+    ("summary.json", "environment", {"device": "NVIDIA H100 80GB HBM3"}, "device"),
+    ("summary.json", "environment", {"threads_per_rank": 2}, "threads per rank"),
+    ("config.resolved.yaml", "strategy", {"blocks": 4}, "strategy options of snapshot"),
+])
+def test_runs_timed_under_other_conditions_are_refused(tmp_path, name, section, change, what):
+    """A float64 P = 1 baseline was taken for float32 P = 2, 3 runs (efficiency 1.10, "super-linear"): runs that
+    differ in dtype, device, threads per rank or their strategy's options are refused, naming both runs."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data) for P in (1, 2, 3)]
+    for r in runs:
+        _edit(r, "config.resolved.yaml", train={"dtype": "float32"})
+    _edit(runs[0], name, **{section: change})
+    with pytest.raises(SystemExit, match=rf"cannot compare .*run-p1 \(P=1\) with .*run-p2 \(P=2\): {what} differs"):
+        scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+
+
+def test_the_backend_is_compared_between_runs_that_communicate_and_layouts_may_differ(tmp_path):
+    """P = 1 exchanges nothing, so its comm.backend does not matter; P = 2 over mpi and P = 3 over nccl do not
+    compare. A memory run's i×j×k layout scales with P: not an option that changes the work."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data) for P in (1, 2, 3)]
+    for r, backend in zip(runs, ("gloo", "mpi", "mpi"), strict=True):
+        _edit(r, "config.resolved.yaml", comm={"backend": backend})
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    _edit(runs[2], "config.resolved.yaml", comm={"backend": "nccl"})
+    with pytest.raises(SystemExit, match=r"run-p2 \(P=2\) with .*run-p3 \(P=3\): comm.backend differs"):
+        scaling.main(["plot", "--out", str(tmp_path / "o2"), *map(str, runs)])
+    tgn = [_run_dir(tmp_path, f"tgn-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data, strategy="memory")
+           for P in (1, 2)]
+    _edit(tgn[1], "config.resolved.yaml", strategy={"minibatch": 2})
+    scaling.main(["plot", "--out", str(tmp_path / "o3"), *map(str, tgn)])
