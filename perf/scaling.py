@@ -67,12 +67,20 @@ with a note):
   changes from epoch to epoch; empty for runs that predate it), then ``status`` (``summary.json``'s:
   a ``preempted`` run's row is of the epochs it ran), ``threads_per_rank``, ``layout``, and ``epochs_timed`` and
   ``timed_epochs`` (``steady``, or ``last warm-up`` / ``profiled`` for a run without a steady epoch: a slower
-  time; as ``summary.json``'s ``steady_epoch_seconds.over``);
+  time; as ``summary.json``'s ``steady_epoch_seconds.over``), ``eval_s`` (the evaluation pass, where the records
+  time it apart: ``memory.eval_seconds``; empty for other strategies, whose evaluation is split over the ranks like
+  their training) and ``train_s`` (``epoch_s`` less ``eval_s``: the time the speed-ups compare);
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
   strategy), with the ideal line; each axis gives its formula, the legend is below the axes;
 * ``volume.png`` — communication volume per epoch against P (one line per strategy).
+
+**Training time.** Speed-up and efficiency (and the node's ceiling) compare ``train_s``, the epoch less the
+evaluation where its records time it apart, always; elsewhere ``train_s`` is ``epoch_s``. Under the ``memory``
+(DistTGL) strategy one memory group evaluates while the others wait for it, so its evaluation is not split across
+ranks: it was most of an epoch at P = 3 (17.6 of 23.0 s), and a speed-up of epoch times measured that one rank's
+evaluation, not the parallel training. The evaluation stays beside it (``eval_s``, hatched on the time bars).
 
 **The baseline.** Speed-up and efficiency are taken against the *fastest run at the
 smallest P of any strategy* in the set (strong: speed-up t_base / t(P) and efficiency
@@ -148,6 +156,9 @@ FIELDS = [
     # what epoch_s is the median of: how many epochs, of which kind (a run without a steady epoch stands for
     # one with its warm-up epoch's time, slower than the steady ones it would have had)
     "epochs_timed", "timed_epochs",
+    # the evaluation pass a record times apart (the memory strategy's: one group evaluates while the others wait)
+    # and the epoch without it, the time speed-up and efficiency compare (module docstring, "Training time")
+    "eval_s", "train_s",
 ]
 
 
@@ -235,6 +246,9 @@ def read_run(run_dir: Path) -> dict:
     plan = json.loads((run_dir / "plan.json").read_text())
     middle = median_epochs(steady)
 
+    evals = [r.get("memory", {}).get("eval_seconds") for r in middle]
+    eval_s = None if None in evals else sum(evals) / len(evals)
+
     def mean(key: str, fallback: str | None = None, over: str = "slowest") -> float | None:
         """The middle epochs' ``key``: the slowest rank's, or with ``over="time"`` the mean over ranks (older
         records may lack it: then ``fallback``'s, or None)."""
@@ -267,6 +281,8 @@ def read_run(run_dir: Path) -> dict:
         "threads_per_rank": env.get("threads_per_rank"),
         "epochs_timed": len(steady),
         "timed_epochs": timed,
+        "eval_s": eval_s,
+        "train_s": mean("epoch") - (eval_s or 0.0),
         "_data_path": str(cfg["data"]["path"]),
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),
         "_model_cfg": cfg.get("model"),
@@ -363,9 +379,9 @@ def _other_mode(base: dict, row: dict, mode: str, what: str) -> str:
 
 
 def baseline(rows: list[dict]) -> dict:
-    """The run speed-ups are taken against: the fastest (smallest ``epoch_s``) at the smallest P, of any strategy."""
+    """The run speed-ups are taken against: the fastest (smallest ``train_s``) at the smallest P, of any strategy."""
     p0 = min(r["P"] for r in rows)
-    return min((r for r in rows if r["P"] == p0), key=lambda r: r["epoch_s"])
+    return min((r for r in rows if r["P"] == p0), key=lambda r: r["train_s"])
 
 
 #: strategy options that set the parallel layout, derived from or scaling with P (:func:`_layout`): they may
@@ -418,7 +434,8 @@ def _full_batch(strategy: str) -> bool | None:
 
 
 def add_scaling(rows: list[dict], mode: str) -> list[dict]:
-    """Speed-up and efficiency against :func:`baseline` (strong: t0/tP and t0·P0/(tP·P); weak: t0/tP).
+    """Speed-up and efficiency against :func:`baseline` (strong: t0/tP and t0·P0/(tP·P); weak: t0/tP), t the
+    training time ``train_s`` (the epoch less an evaluation its records time apart: module docstring).
 
     Rows come back ordered by strategy (in order of first appearance) then P.
 
@@ -436,8 +453,8 @@ def add_scaling(rows: list[dict], mode: str) -> list[dict]:
               f"{base['strategy']} (full batch or sampled batches): their speed-ups compare epoch times, not the time "
               "to the same loss", file=sys.stderr)
     for r in rows:
-        r["baseline"], r["baseline_s"] = f"{base['strategy']} P={base['P']}", base["epoch_s"]
-        ratio = base["epoch_s"] / r["epoch_s"]
+        r["baseline"], r["baseline_s"] = f"{base['strategy']} P={base['P']}", base["train_s"]
+        ratio = base["train_s"] / r["train_s"]
         if mode == "strong":
             r["speedup"] = ratio
             r["efficiency"] = ratio * base["P"] / r["P"]
@@ -504,6 +521,10 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
                        ("communication (exposed)", [r["comm_exposed_s"] for r in rows])):
         ax.bar(x, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    if any(r.get("eval_s") for r in rows):  # the part of the bar one memory group spent evaluating
+        evals = [r.get("eval_s") or 0.0 for r in rows]
+        ax.bar(x, evals, bottom=[r["epoch_s"] - e for r, e in zip(rows, evals, strict=True)], fill=False,
+               hatch="//", edgecolor="k", lw=0, label="of it evaluation (one group; others wait)")
     for i, (r, top) in enumerate(zip(rows, bottom, strict=True)):
         if abs(top - r["epoch_s"]) > 1e-9 * max(1.0, r["epoch_s"]):
             # compute was clamped at 0 on an epoch whose load and comm overlapped: show the true height
@@ -537,7 +558,7 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
     # from the data: a super-linear efficiency (caches) exceeds 1
     ax2.set_ylim(0, 1.1 * max(1.0, *(r["efficiency"] for r in rows)))
     P0 = base["P"]
-    t0, per = f"t({P0})", ("P" if P0 == 1 else f"(P/{P0})")  # t0: the baseline's epoch time
+    t0, per = f"t({P0})", ("P" if P0 == 1 else f"(P/{P0})")  # t0: the baseline's training time
     if mode == "strong":
         ylabel = f"speed-up {t0} / t(P)"
         ylabel2 = f"parallel efficiency {t0} / ({per}·t(P))"
@@ -554,7 +575,8 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
               fontsize=8, frameon=False)
     save(fig, ax, ylabel, "speedup.png",
-         f"\nbaseline: the fastest P={P0} run of any strategy ({base['strategy']}, {base['epoch_s']:.3f} s)")
+         f"\nt: training time per epoch (epoch less evaluation); baseline: the fastest P={P0} run of any strategy "
+         f"({base['strategy']}, {base['train_s']:.3f} s)")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for s in strategies:
@@ -579,15 +601,16 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
     write_csv(rows, out / "scaling.csv")
     files = plot(rows, out, mode, ceilings)
     base = baseline(rows)
-    print(f"speed-up and efficiency against the fastest P={base['P']} run of any strategy: {base['strategy']}, "
-          f"{base['epoch_s']:.3f} s ({base['run_dir']})")
-    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'load':>9} {'compute':>9} {'comm':>9} {'exposed':>9} {'late(m)':>9} "
-          f"{'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
+    print(f"speed-up and efficiency of the training time (train s: the epoch less the evaluation where its records "
+          f"time it apart, the memory strategy's) against the fastest P={base['P']} run of any strategy: "
+          f"{base['strategy']}, {base['train_s']:.3f} s ({base['run_dir']})")
+    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'train s':>9} {'load':>9} {'compute':>9} {'comm':>9} {'exposed':>9} "
+          f"{'late(m)':>9} {'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:
         late = "-" if r["comm_late_s"] is None else f"{r['comm_late_s']:.3f}"
         n = "-" if r["N"] is None else r["N"]  # an event stream's N where its manifest is not here
-        print(f"{r['P']:>4} {n:>9} {r['epoch_s']:>9.3f} {r['load_s']:>9.3f} {r['compute_s']:>9.3f} "
-              f"{r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
+        print(f"{r['P']:>4} {n:>9} {r['epoch_s']:>9.3f} {r['train_s']:>9.3f} {r['load_s']:>9.3f} "
+              f"{r['compute_s']:>9.3f} {r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
               f"{r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
               f"  {r['strategy']}" + (f" {r['layout']}" if r.get("layout") else "")
               + ("  oversubscribed" if r["oversubscribed"] else "")
@@ -922,7 +945,7 @@ def run_ceiling(args: argparse.Namespace, runs: list[Path], dest: Path) -> tuple
     ones = [r for r in map(read_run, runs) if r["P"] == 1]
     if not ones:
         return {}, ["ceiling: no P = 1 run finished, so there is no one-rank job to copy"]
-    alone = min(ones, key=lambda r: r["epoch_s"])
+    alone = min(ones, key=lambda r: r["train_s"])  # as the speed-ups: training time
     job = Path(alone["run_dir"]).parent / f"job-{Path(alone['run_dir']).name.removeprefix('run-')}.yaml"
     ceilings, lines, failures = {}, [], []
     for P in sorted(p for p in set(args.ranks) if p > 1):
@@ -944,12 +967,12 @@ def run_ceiling(args: argparse.Namespace, runs: list[Path], dest: Path) -> tuple
             print("\n".join(f"  {f}" for f in failed), file=sys.stderr, flush=True)
             failures += failed
             continue
-        times = [read_run(d)["epoch_s"] for d in dirs]
-        ceilings[P] = P * alone["epoch_s"] / max(times)
-        lines.append({"P": P, "alone_s": alone["epoch_s"], "copies_s": " ".join(f"{t:.6f}" for t in times),
+        times = [read_run(d)["train_s"] for d in dirs]
+        ceilings[P] = P * alone["train_s"] / max(times)
+        lines.append({"P": P, "alone_s": alone["train_s"], "copies_s": " ".join(f"{t:.6f}" for t in times),
                       "ceiling_speedup": ceilings[P], "job": str(job)})
         print(f"node ceiling P={P}: {P} one-rank runs at once {', '.join(f'{t:.3f}' for t in times)} s/epoch, "
-              f"one alone {alone['epoch_s']:.3f} s -> at most {ceilings[P]:.2f}x", flush=True)
+              f"one alone {alone['train_s']:.3f} s -> at most {ceilings[P]:.2f}x", flush=True)
     with open(dest / "ceiling.csv", "x", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["P", "alone_s", "copies_s", "ceiling_speedup", "job"])
         w.writeheader()

@@ -139,3 +139,37 @@ def test_the_backend_is_compared_between_runs_that_communicate_and_layouts_may_d
            for P in (1, 2)]
     _edit(tgn[1], "config.resolved.yaml", strategy={"minibatch": 2})
     scaling.main(["plot", "--out", str(tmp_path / "o3"), *map(str, tgn)])
+
+
+def _with_records(run, **fields):
+    """Add ``fields`` (name: one value per epoch) to each record of a hand-written run's metrics.jsonl."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for i, r in enumerate(records):
+        r.update({k: v[i] for k, v in fields.items()})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_speedup_is_of_the_training_time_with_the_evaluation_beside_it(tmp_path, capsys):
+    """Under `memory` one group evaluates while the others wait: at P = 3 an epoch of 1.5 s held 1.0 s of it, so
+    epoch times gave 2.0 / 1.5 = 1.33x, the evaluating rank's. Training times (2.0 - 0.5 and 1.5 - 1.0) give 3x;
+    the evaluation stays in the CSV, and the table's header says which time the speed-up is of."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = []
+    for P, epoch, ev in ((1, 2.0, 0.5), (3, 1.5, 1.0)):
+        d = _run_dir(tmp_path, f"tgn-p{P}", P, 50, 8, _epochs(P, [4.0, epoch]), data, strategy="memory")
+        _edit(d, "config.resolved.yaml", strategy={"minibatch": P})
+        _with_records(d, memory=[{"eval_seconds": 3.0}, {"eval_seconds": ev}])
+        runs.append(d)
+    out = tmp_path / "o"
+    scaling.main(["plot", "--out", str(out), *map(str, runs)])
+    rows = {int(r["P"]): r for r in csv.DictReader(open(out / "scaling.csv"))}
+    assert [(float(rows[P]["eval_s"]), float(rows[P]["train_s"])) for P in (1, 3)] == [(0.5, 1.5), (1.0, 0.5)]
+    assert float(rows[3]["epoch_s"]) == 1.5 and float(rows[3]["baseline_s"]) == 1.5
+    assert float(rows[3]["speedup"]) == pytest.approx(3.0) and float(rows[3]["efficiency"]) == pytest.approx(1.0)
+    assert "speed-up and efficiency of the training time" in capsys.readouterr().out
+    # a strategy that times no evaluation apart: its training time is its epoch time
+    snap = [_run_dir(tmp_path, f"snap-p{P}", P, 50, 8, _epochs(P, [4.0, 2.0 / P]), data) for P in (1, 2)]
+    scaling.main(["plot", "--out", str(tmp_path / "o2"), *map(str, snap)])
+    rows = list(csv.DictReader(open(tmp_path / "o2" / "scaling.csv")))
+    assert [(r["eval_s"], r["train_s"] == r["epoch_s"]) for r in rows] == [("", True), ("", True)]
