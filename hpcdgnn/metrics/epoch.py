@@ -34,12 +34,37 @@ from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, is_wait_tag, summarize_over_ranks, union_seconds
 from hpcdgnn.metrics.waits import last_arrivals
 
-__all__ = ["EPOCH_END", "EpochRecorder", "fmt_metric"]
+__all__ = ["EPOCH_END", "EpochRecorder", "fmt_metric", "run_gpu_peak"]
 
 #: ``comm_by_tag``'s entry for the wait in the epoch's closing all-reduce (module docstring)
 EPOCH_END = "epoch_end"
 
 _MiB = 1024.0 * 1024.0
+
+#: per device, the highest CUDA peak of this run's epochs before the last reset (:func:`_reset_gpu_peak`)
+_gpu_peaks: dict[str, float] = {}
+
+
+def _reset_gpu_peak(device: torch.device) -> None:
+    """Restart the CUDA peak for the next epoch's record, keeping the run's peak so far: each epoch's
+    ``gpu_peak_bytes`` is its own, while ``summary.json`` reports the whole run's (:func:`run_gpu_peak`), not the
+    last epoch's.
+
+    Args:
+        device: the rank's CUDA device.
+    """
+    _gpu_peaks[str(device)] = max(_gpu_peaks.get(str(device), 0.0), float(torch.cuda.max_memory_allocated(device)))
+    torch.cuda.reset_peak_memory_stats(device)
+
+
+def run_gpu_peak(device: torch.device) -> float:
+    """The most GPU memory allocated on ``device`` since this run's recorder started: the epochs' peaks and the
+    one since the last reset (the last epoch and after).
+
+    Args:
+        device: the rank's CUDA device.
+    """
+    return max(_gpu_peaks.get(str(device), 0.0), float(torch.cuda.max_memory_allocated(device)))
 
 
 def fmt_metric(v: float | None) -> str:
@@ -59,6 +84,7 @@ class EpochRecorder:
         self.comm, self.strategy, self.task, self.device = comm, strategy, task, device
         self.warmup_epochs, self.resumed_at = warmup_epochs, resumed_at
         self.trace = trace
+        _gpu_peaks.pop(str(device), None)  # a new run (tests run several in one process): its own peak
         if trace is not None:
             trace.parent.mkdir(parents=True, exist_ok=True)
 
@@ -93,7 +119,7 @@ class EpochRecorder:
         self.comm.stats.take_exchanges()
         self.task.hold_scores(True, kept_scores)  # the AUC's bins over the epoch's own logits (Task.rebin)
         if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+            _reset_gpu_peak(self.device)
         self._t0 = time.perf_counter()
 
     def end(self, epoch: int, stats: np.ndarray, grad_norm: float, activation_peak: float,

@@ -17,6 +17,7 @@ import torch
 
 from hpcdgnn.api import job_record
 from hpcdgnn.comm.device import cpu_affinity
+from hpcdgnn.metrics.epoch import run_gpu_peak
 from hpcdgnn.metrics.results import iter_epoch_records
 from hpcdgnn.metrics.timers import TIME_SPLIT
 from hpcdgnn.ops import kernels
@@ -30,11 +31,12 @@ def device_name(device: torch.device) -> str:
 
 
 def _memory(comm, run, activation_peak: float) -> np.ndarray:
-    """Per-rank figures (collective): RSS, engine, activations, host payloads, GPU, setup transfer — and the bytes
+    """Per-rank figures (collective): RSS, engine, activations, host payloads, GPU (the run's peak, every epoch's:
+    :func:`~hpcdgnn.metrics.epoch.run_gpu_peak`), setup transfer — and the bytes
     this rank sent under set-up tags (the set-up's collectives and halo reads; no epoch counts them) and in the
     pre-training phase's training exchanges (nor do they)."""
     device, usage = run.device, run.strategy.usage()
-    gpu_max = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0.0
+    gpu_max = run_gpu_peak(device) if device.type == "cuda" else 0.0  # the whole run's, not the last epoch's
     return comm.gather_array(
         [
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,

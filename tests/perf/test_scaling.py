@@ -173,3 +173,37 @@ def test_speedup_is_of_the_training_time_with_the_evaluation_beside_it(tmp_path,
     scaling.main(["plot", "--out", str(tmp_path / "o2"), *map(str, snap)])
     rows = list(csv.DictReader(open(tmp_path / "o2" / "scaling.csv")))
     assert [(r["eval_s"], r["train_s"] == r["epoch_s"]) for r in rows] == [("", True), ("", True)]
+
+
+def test_summary_s_gpu_peak_is_the_whole_run_s(monkeypatch):
+    """Each epoch's begin resets the CUDA peak (each record's gpu_peak_bytes is its epoch's), and summary.json read
+    the peak after the last epoch: 200 bytes where epoch 1 reached 500. The summary now has the run's maximum, and
+    a new run's recorder starts its own."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from hpcdgnn.metrics import summary
+    from hpcdgnn.metrics.epoch import EpochRecorder
+
+    allocator = {"peak": 0.0}
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: allocator["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: allocator.update(peak=0.0))
+    usage = SimpleNamespace(engine_bytes=0, host_bytes=0, transfer_bytes=0, load_seconds=0.0)
+    stats = SimpleNamespace(snapshot=lambda: None, take_exchanges=lambda: None, keep_exchanges=False, tags={})
+    comm = SimpleNamespace(stats=stats, gather_array=lambda values, tag="metrics": np.array([values]))
+    strategy = SimpleNamespace(usage=lambda: usage)
+    task = SimpleNamespace(hold_scores=lambda *a: None)
+    device = torch.device("cuda", 0)
+    run = SimpleNamespace(device=device, strategy=strategy, setup_transfer=0, pretrain_bytes_sent=0)
+
+    def peaks(per_epoch):
+        recorder = EpochRecorder(comm, strategy, task, device, warmup_epochs=1, resumed_at=None)
+        for peak in per_epoch:
+            recorder.begin()
+            allocator["peak"] = peak
+        return summary._memory(comm, run, 0.0)[0, 4]
+
+    assert peaks([500.0, 200.0]) == 500.0
+    assert peaks([100.0, 300.0]) == 300.0  # not the earlier run's 500
