@@ -69,7 +69,10 @@ with a note):
   ``timed_epochs`` (``steady``, or ``last warm-up`` / ``profiled`` for a run without a steady epoch: a slower
   time; as ``summary.json``'s ``steady_epoch_seconds.over``), ``eval_s`` (the evaluation pass, where the records
   time it apart: ``memory.eval_seconds``; empty for other strategies, whose evaluation is split over the ranks like
-  their training) and ``train_s`` (``epoch_s`` less ``eval_s``: the time the speed-ups compare);
+  their training), ``train_s`` (``epoch_s`` less ``eval_s``: the time the speed-ups compare), ``epoch_min_s`` and
+  ``epoch_max_s`` (the fastest and slowest of the epochs timed: each point is one run, not repeated; ``plot`` warns
+  where the steady epochs spread over :data:`SPREAD_WARN`, a slow second warm-up epoch being common: raise
+  ``train.warmup_epochs``);
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
@@ -159,7 +162,12 @@ FIELDS = [
     # the evaluation pass a record times apart (the memory strategy's: one group evaluates while the others wait)
     # and the epoch without it, the time speed-up and efficiency compare (module docstring, "Training time")
     "eval_s", "train_s",
+    # the fastest and slowest of the epochs timed: one run's spread (each point is one run, not repeats)
+    "epoch_min_s", "epoch_max_s",
 ]
+
+#: steady epochs whose slowest is more than this × the fastest: a warning (a second warm-up epoch, often slow)
+SPREAD_WARN = 1.3
 
 
 def _manifest_sha256(data_path: str) -> str | None:
@@ -245,6 +253,14 @@ def read_run(run_dir: Path) -> dict:
     cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     plan = json.loads((run_dir / "plan.json").read_text())
     middle = median_epochs(steady)
+    times = [r["slowest"]["epoch"] for r in steady]
+    if timed == "steady" and len(times) > 1 and max(times) > SPREAD_WARN * min(times):
+        warm = cfg.get("train", {}).get("warmup_epochs")
+        print(f"warning: {run_dir}: its {len(times)} steady epochs took {min(times):.3f} to {max(times):.3f} s "
+              f"({max(times) / min(times):.2f}x, over {SPREAD_WARN}x): the epoch time of one run is uncertain; where "
+              "the slow ones come first (caches, allocator still warming up), leave them out with "
+              + (f"train.warmup_epochs={warm + 1}" if isinstance(warm, int) else "train.warmup_epochs")
+              + " (--set) and more --epochs", file=sys.stderr)
 
     evals = [r.get("memory", {}).get("eval_seconds") for r in middle]
     eval_s = None if None in evals else sum(evals) / len(evals)
@@ -282,6 +298,8 @@ def read_run(run_dir: Path) -> dict:
         "epochs_timed": len(steady),
         "timed_epochs": timed,
         "eval_s": eval_s,
+        "epoch_min_s": min(times),
+        "epoch_max_s": max(times),
         "train_s": mean("epoch") - (eval_s or 0.0),
         "_data_path": str(cfg["data"]["path"]),
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),
@@ -617,6 +635,12 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
               + (f"  {r['status']}" if r["status"] not in (None, "completed") else "")
               + (f"  {r['speedup'] / ceilings[r['P']]:.0%} of the node's ceiling {ceilings[r['P']]:.2f}"
                  if ceilings and r["P"] in ceilings else ""))
+    even = [f"{Path(r['run_dir']).name} ({r['epochs_timed']})" for r in rows if r["epochs_timed"] % 2 == 0]
+    if even:  # the median of an even count is the mean of the middle two: of 2 epochs, their mean
+        print(f"note: epoch s is the mean of the two middle epochs timed where a run timed an even number: "
+              f"{', '.join(even)}")
+    print("epoch s: the median of one run's steady epochs (the CSV's epochs_timed, epoch_min_s, epoch_max_s); "
+          "scaling.py runs each point once: run a sweep again into another --out to see the spread between runs")
     print(f"wrote {out / 'scaling.csv'} and {', '.join(f.name for f in files)}")
 
 

@@ -207,3 +207,22 @@ def test_summary_s_gpu_peak_is_the_whole_run_s(monkeypatch):
 
     assert peaks([500.0, 200.0]) == 500.0
     assert peaks([100.0, 300.0]) == 300.0  # not the earlier run's 500
+
+
+def test_one_run_s_spread_is_reported_and_a_slow_steady_epoch_warned_of(tmp_path, capsys):
+    """Each point is one run and epoch_s the median of its steady epochs, with no spread: a second warm-up epoch
+    1.7x the next (snapshot P = 2) went into a 'median' of two, their mean, unsaid. The CSV now gives the fastest
+    and slowest epoch timed, a spread over 1.3x is warned of with train.warmup_epochs to raise, and the table says
+    which times are the mean of two middle epochs."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    r1 = _run_dir(tmp_path, "run-p1", 1, 50, 8, _epochs(1, [4.0, 1.0, 1.1, 1.05]), data)
+    r2 = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [4.0, 1.02, 0.6]), data)
+    scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+    rows = {int(r["P"]): r for r in csv.DictReader(open(tmp_path / "o" / "scaling.csv"))}
+    assert [(rows[P]["epochs_timed"], float(rows[P]["epoch_min_s"]), float(rows[P]["epoch_max_s"])) for P in (1, 2)] \
+        == [("3", 1.0, 1.1), ("2", 0.6, 1.02)]
+    out, err = capsys.readouterr()
+    assert "run-p2: its 2 steady epochs took 0.600 to 1.020 s (1.70x" in err and "train.warmup_epochs=2" in err
+    assert "run-p1" not in err
+    assert "the mean of the two middle epochs timed where a run timed an even number: run-p2 (2)" in out
