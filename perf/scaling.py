@@ -58,7 +58,8 @@ with a note):
   none, the last warm-up epoch's: as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
   load (``load_s``: reading and host -> device snapshot moves; ``transfer_s`` in CSVs before 2026-12-05),
   compute and communication (``comm_s``: the time it was under way), bytes sent per
-  epoch (all ranks), transfer bytes per epoch, peak engine memory, speed-up and
+  epoch (all ranks), transfer bytes per epoch, peak engine memory (``engine_peak_bytes``: an estimate, resident
+  inputs plus saved tensors, not a measurement: see ``peak_rss_bytes``), speed-up and
   parallel efficiency, the baseline they are taken against (``baseline``,
   ``baseline_s``), and last ``comm_exposed_s`` (the part of the communication the
   slowest rank spent blocked in MPI: what the split adds up with) and ``comm_late_s``
@@ -72,7 +73,9 @@ with a note):
   their training), ``train_s`` (``epoch_s`` less ``eval_s``: the time the speed-ups compare), ``epoch_min_s`` and
   ``epoch_max_s`` (the fastest and slowest of the epochs timed: each point is one run, not repeated; ``plot`` warns
   where the steady epochs spread over :data:`SPREAD_WARN`, a slow second warm-up epoch being common: raise
-  ``train.warmup_epochs``);
+  ``train.warmup_epochs``), ``peak_rss_bytes`` and ``gpu_peak_bytes`` (measured: the largest rank's process RSS
+  high-water mark — interpreter, set-up and epochs — and, on GPU, its most allocated over the attempt; beside
+  ``engine_peak_bytes``, which is an estimate: resident inputs plus the saved tensors autograd held);
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
@@ -164,6 +167,9 @@ FIELDS = [
     "eval_s", "train_s",
     # the fastest and slowest of the epochs timed: one run's spread (each point is one run, not repeats)
     "epoch_min_s", "epoch_max_s",
+    # measured memory beside engine_peak_bytes, an estimate: the largest rank's process RSS high-water mark and,
+    # on GPU, its most allocated (both the whole attempt's, set-up included)
+    "peak_rss_bytes", "gpu_peak_bytes",
 ]
 
 #: steady epochs whose slowest is more than this × the fastest: a warning (a second warm-up epoch, often slow)
@@ -299,6 +305,8 @@ def read_run(run_dir: Path) -> dict:
         "timed_epochs": timed,
         "eval_s": eval_s,
         "epoch_min_s": min(times),
+        "peak_rss_bytes": max(summary["memory"].get("peak_rss_bytes") or [None]),
+        "gpu_peak_bytes": max(summary["memory"].get("gpu_max_allocated_bytes") or [None]),
         "epoch_max_s": max(times),
         "train_s": mean("epoch") - (eval_s or 0.0),
         "_data_path": str(cfg["data"]["path"]),

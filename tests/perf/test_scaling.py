@@ -226,3 +226,16 @@ def test_one_run_s_spread_is_reported_and_a_slow_steady_epoch_warned_of(tmp_path
     assert "run-p2: its 2 steady epochs took 0.600 to 1.020 s (1.70x" in err and "train.warmup_epochs=2" in err
     assert "run-p1" not in err
     assert "the mean of the two middle epochs timed where a run timed an even number: run-p2 (2)" in out
+
+
+def test_measured_memory_stands_beside_the_engine_estimate(tmp_path):
+    """engine_peak_bytes is an estimate (resident inputs + saved tensors: 0.1 MiB where the RSS grew 124 MiB); the
+    CSV now also has the measured peak RSS and, on GPU, the most allocated, each the largest rank's."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data) for P in (1, 2)]
+    _edit(runs[1], "summary.json", memory={"peak_rss_bytes": [100, 300], "gpu_max_allocated_bytes": [9, 5]})
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    rows = {int(r["P"]): r for r in csv.DictReader(open(tmp_path / "o" / "scaling.csv"))}
+    assert [(rows[P]["engine_peak_bytes"], rows[P]["peak_rss_bytes"], rows[P]["gpu_peak_bytes"]) for P in (1, 2)] \
+        == [("2", "1", ""), ("2", "300", "9")]
