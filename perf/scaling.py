@@ -75,7 +75,9 @@ with a note):
   where the steady epochs spread over :data:`SPREAD_WARN`, a slow second warm-up epoch being common: raise
   ``train.warmup_epochs``), ``peak_rss_bytes`` and ``gpu_peak_bytes`` (measured: the largest rank's process RSS
   high-water mark — interpreter, set-up and epochs — and, on GPU, its most allocated over the attempt; beside
-  ``engine_peak_bytes``, which is an estimate: resident inputs plus the saved tensors autograd held);
+  ``engine_peak_bytes``, which is an estimate: resident inputs plus the saved tensors autograd held), and
+  ``comm_late_slowest_s`` (the slowest rank's wait for the last rank, the rank of the split; ``comm_late_s`` is the
+  mean over ranks);
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
@@ -170,6 +172,8 @@ FIELDS = [
     # measured memory beside engine_peak_bytes, an estimate: the largest rank's process RSS high-water mark and,
     # on GPU, its most allocated (both the whole attempt's, set-up included)
     "peak_rss_bytes", "gpu_peak_bytes",
+    # comm_late_s is the mean over ranks; this is the slowest rank's, the rank of the other time columns
+    "comm_late_slowest_s",
 ]
 
 #: steady epochs whose slowest is more than this × the fastest: a warning (a second warm-up epoch, often slow)
@@ -294,6 +298,7 @@ def read_run(run_dir: Path) -> dict:
         "comm_s": mean("comm"),
         "comm_exposed_s": mean("comm_exposed", "comm"),  # without overlap the same as comm
         "comm_late_s": mean("comm_late", over="time"),
+        "comm_late_slowest_s": mean("comm_late"),
         "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
         "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),

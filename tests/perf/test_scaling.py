@@ -239,3 +239,19 @@ def test_measured_memory_stands_beside_the_engine_estimate(tmp_path):
     rows = {int(r["P"]): r for r in csv.DictReader(open(tmp_path / "o" / "scaling.csv"))}
     assert [(rows[P]["engine_peak_bytes"], rows[P]["peak_rss_bytes"], rows[P]["gpu_peak_bytes"]) for P in (1, 2)] \
         == [("2", "1", ""), ("2", "300", "9")]
+
+
+def test_the_wait_for_the_last_rank_is_also_the_slowest_rank_s(tmp_path):
+    """comm_late_s is the mean over ranks while the other time columns are the slowest rank's, which waits least:
+    the CSV now also has comm_late_slowest_s, that rank's."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data) for P in (1, 2)]
+    records = [json.loads(line) for line in (runs[1] / "metrics.jsonl").read_text().splitlines()]
+    for r in records:  # rank 0, the slowest, waited 0.01 s; rank 1 0.19 s
+        r["time"]["comm_late"] = {"min": 0.01, "mean": 0.1, "max": 0.19}
+        r["slowest"]["comm_late"] = 0.01
+    (runs[1] / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    row = next(r for r in csv.DictReader(open(tmp_path / "o" / "scaling.csv")) if r["P"] == "2")
+    assert (float(row["comm_late_s"]), float(row["comm_late_slowest_s"])) == (0.1, 0.01)
