@@ -77,7 +77,8 @@ with a note):
   high-water mark — interpreter, set-up and epochs — and, on GPU, its most allocated over the attempt; beside
   ``engine_peak_bytes``, which is an estimate: resident inputs plus the saved tensors autograd held), and
   ``comm_late_slowest_s`` (the slowest rank's wait for the last rank, the rank of the split; ``comm_late_s`` is the
-  mean over ranks);
+  mean over ranks), ``setup_s`` and ``pretrain_s`` (``summary.json``'s set-up and pre-training seconds, once per
+  run, in no epoch; a resumed run's of its last attempt);
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
@@ -174,6 +175,9 @@ FIELDS = [
     "peak_rss_bytes", "gpu_peak_bytes",
     # comm_late_s is the mean over ranks; this is the slowest rank's, the rank of the other time columns
     "comm_late_slowest_s",
+    # once per run, in no epoch: the set-up (reading, partitioning, plans) and a pre-training phase (TGN's static
+    # memory), summary.json's, this attempt's
+    "setup_s", "pretrain_s",
 ]
 
 #: steady epochs whose slowest is more than this × the fastest: a warning (a second warm-up epoch, often slow)
@@ -299,6 +303,8 @@ def read_run(run_dir: Path) -> dict:
         "comm_exposed_s": mean("comm_exposed", "comm"),  # without overlap the same as comm
         "comm_late_s": mean("comm_late", over="time"),
         "comm_late_slowest_s": mean("comm_late"),
+        "setup_s": summary.get("totals", {}).get("setup_seconds"),
+        "pretrain_s": summary.get("totals", {}).get("pretrain_seconds"),
         "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
         "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),

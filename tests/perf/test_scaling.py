@@ -255,3 +255,15 @@ def test_the_wait_for_the_last_rank_is_also_the_slowest_rank_s(tmp_path):
     scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
     row = next(r for r in csv.DictReader(open(tmp_path / "o" / "scaling.csv")) if r["P"] == "2")
     assert (float(row["comm_late_s"]), float(row["comm_late_slowest_s"])) == (0.1, 0.01)
+
+
+def test_the_set_up_time_has_its_column(tmp_path):
+    """summary.json has the set-up's seconds (in no epoch's time); the CSV had no column for them."""
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data) for P in (1, 2)]
+    for r, setup in zip(runs, (3.5, 2.25), strict=True):
+        _edit(r, "summary.json", totals={"setup_seconds": setup, "pretrain_seconds": 0.0})
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    rows = list(csv.DictReader(open(tmp_path / "o" / "scaling.csv")))
+    assert [(float(r["setup_s"]), float(r["pretrain_s"])) for r in rows] == [(3.5, 0.0), (2.25, 0.0)]
