@@ -58,7 +58,10 @@ with a note):
   none, the last warm-up epoch's: as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
   load (``load_s``: reading and host -> device snapshot moves; ``transfer_s`` in CSVs before 2026-12-05),
   compute and communication (``comm_s``: the time it was under way), bytes sent per
-  epoch (all ranks), transfer bytes per epoch, peak engine memory (``engine_peak_bytes``: an estimate, resident
+  epoch (``bytes_per_epoch``: each rank's payload handed to MPI for the others, summed over ranks — an all-reduce
+  counts its buffer once per rank, not what a ring algorithm puts on the wire, 2(P-1)/P × the buffer per rank,
+  while an all-to-all counts what it sends; the records split bytes by tag, not by kind of collective, so the
+  CSV has no wire estimate), transfer bytes per epoch, peak engine memory (``engine_peak_bytes``: an estimate, resident
   inputs plus saved tensors, not a measurement: see ``peak_rss_bytes``), speed-up and
   parallel efficiency, the baseline they are taken against (``baseline``,
   ``baseline_s``), and last ``comm_exposed_s`` (the part of the communication the
@@ -179,6 +182,11 @@ FIELDS = [
     # memory), summary.json's, this attempt's
     "setup_s", "pretrain_s",
 ]
+
+#: what ``bytes_per_epoch`` counts (hpcdgnn/comm/stats.py): each rank's payload handed to MPI for other ranks, summed;
+#: an all-reduce counts its buffer once per rank, not the 2(P-1)/P × buffer a ring sends, and the records give
+#: bytes per tag, not per kind of collective, so no wire estimate can be made from them
+BYTES_LABEL = "handed to MPI by all ranks (an all-reduce: its buffer per rank, not wire bytes)"
 
 #: steady epochs whose slowest is more than this × the fastest: a warning (a second warm-up epoch, often slow)
 SPREAD_WARN = 1.3
@@ -619,13 +627,13 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
     for s in strategies:
         sr = by_strategy[s]
         tag = "" if len(strategies) == 1 else f" ({s})"
-        ax.plot([r["P"] for r in sr], [r["bytes_per_epoch"] / _MiB for r in sr], "o-", label=f"sent by all ranks{tag}")
+        ax.plot([r["P"] for r in sr], [r["bytes_per_epoch"] / _MiB for r in sr], "o-", label=f"{BYTES_LABEL}{tag}")
         if any(r["transfer_bytes_per_epoch"] for r in sr):
             ax.plot([r["P"] for r in sr], [r["transfer_bytes_per_epoch"] / _MiB for r in sr], "s--",
                     label=f"host -> device transfer{tag}")
     ax.set_xscale("log", base=2)
     _label_ranks(ax, Ps)
-    ax.legend()
+    ax.legend(fontsize=8)
     save(fig, ax, "MiB per epoch", "volume.png")
     return files
 
@@ -641,6 +649,7 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
     print(f"speed-up and efficiency of the training time (train s: the epoch less the evaluation where its records "
           f"time it apart, the memory strategy's) against the fastest P={base['P']} run of any strategy: "
           f"{base['strategy']}, {base['train_s']:.3f} s ({base['run_dir']})")
+    print(f"MiB/ep: {BYTES_LABEL}")
     print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'train s':>9} {'load':>9} {'compute':>9} {'comm':>9} {'exposed':>9} "
           f"{'late(m)':>9} {'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:

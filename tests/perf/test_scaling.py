@@ -267,3 +267,24 @@ def test_the_set_up_time_has_its_column(tmp_path):
     scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
     rows = list(csv.DictReader(open(tmp_path / "o" / "scaling.csv")))
     assert [(float(r["setup_s"]), float(r["pretrain_s"])) for r in rows] == [(3.5, 0.0), (2.25, 0.0)]
+
+
+def test_the_bytes_say_an_all_reduce_counts_its_buffer_not_its_wire_traffic(tmp_path, monkeypatch, capsys):
+    """bytes_per_epoch mixes an all-reduce's buffer (once per rank) with an all-to-all's bytes sent, and the records
+    give no kind per tag for a wire estimate: the volume figure's line and the table say what is counted."""
+    import matplotlib.axes
+
+    scaling = perf_script("scaling")
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [2.0, 1.0 / P]), data) for P in (1, 2)]
+    labels = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, label=None, **kw):
+        labels.append(label)
+        return real_plot(self, *args, label=label, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    said = "handed to MPI by all ranks (an all-reduce: its buffer per rank, not wire bytes)"
+    assert said in labels and f"MiB/ep: {said}" in capsys.readouterr().out
