@@ -58,8 +58,8 @@ def _reset_gpu_peak(device: torch.device) -> None:
 
 
 def run_gpu_peak(device: torch.device) -> float:
-    """The most GPU memory allocated on ``device`` since this run's recorder started: the epochs' peaks and the
-    one since the last reset (the last epoch and after).
+    """The most GPU memory allocated on ``device`` in this attempt: the set-up's and every epoch's peak (folded in at
+    each reset) and the one since the last reset (the last epoch and after).
 
     Args:
         device: the rank's CUDA device.
