@@ -10,6 +10,9 @@
     # and the node's ceiling: P one-rank runs at once (ceiling.csv; see "The node's ceiling")
     python perf/scaling.py run --mode strong --ranks 1 2 --data DIR --ceiling --out perf/results/strong-ceiling
 
+    # your own job file as every run's base (its data, model, task, strategy and options; the sweep sets P)
+    python perf/scaling.py run --mode strong --ranks 1 2 4 --job job.yaml --out perf/results/mine
+
     # any job setting for every run (hpcdgnn run --set), e.g. the measured re-cut of the block plan
     python perf/scaling.py run --mode strong --ranks 1 2 --data DIR --epochs 30 --set strategy.balance=measured \
         --out perf/results/strong-measured
@@ -676,6 +679,49 @@ def _launch(launcher: str | None, P: int) -> list[str]:
     return shlex.split(launcher.format(P=P)) if launcher else mpirun_cmd(P)
 
 
+def _job_base(args: argparse.Namespace) -> dict:
+    """``--job``'s sections (``{}`` without one; refused in one line where it is no readable YAML mapping), and
+    the defaults of ``--model``, ``--hidden``, ``--strategy``, ``--epochs`` and (strong scaling) ``--data`` filled
+    from it, else from the generated-graph sweep's."""
+    base: dict = {}
+    if args.job is not None:
+        try:
+            base = yaml.safe_load(args.job.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            _refuse(f"--job {args.job}: {' '.join(str(getattr(e, 'strerror', None) or e).split())}")
+        if not isinstance(base, dict) or not all(isinstance(v, dict) for v in base.values()):
+            _refuse(f"--job {args.job}: not a job file (a mapping of sections: data, model, task, train, ...)")
+    section = {name: base.get(name) or {} for name in ("data", "model", "strategy", "train")}
+    args.model = args.model or section["model"].get("name") or "tmgcn"
+    args.hidden = args.hidden or section["model"].get("hidden") or 16
+    args.strategy = args.strategy or [section["strategy"].get("name") or "snapshot"]
+    args.epochs = args.epochs or section["train"].get("epochs") or 4
+    if args.mode == "strong" and not args.data and section["data"].get("path"):
+        args.data = str(section["data"]["path"])  # a job's path is relative to the working directory, as here
+    return base
+
+
+def _job_of(args: argparse.Namespace, data: Path, strategy: str) -> dict:
+    """The job of one run: ``--job``'s sections (:func:`_job_base`), the dataset, model, strategy and epochs of
+    the sweep in place of its own (a section of another model or strategy than the job's starts empty: its keys
+    are that one's), threads per rank pinned (``--threads``: a P = 1 baseline on every core against ranks of one
+    thread each would be no speed-up of P)."""
+    base = args.base
+
+    def kept(name: str, value: str) -> dict:
+        section = base.get(name) or {}
+        return dict(section) if section.get("name") == value else {}
+
+    return {**base,
+            # absolute: a re-run with --out spelt another way (relative, absolute) asks the same
+            "data": {**(base.get("data") or {}), "path": str(Path(data).resolve()),
+                     "validate": (base.get("data") or {}).get("validate", "structure")},
+            "model": {**kept("model", args.model), "name": args.model, "hidden": args.hidden},
+            "strategy": {**kept("strategy", strategy), "name": strategy,
+                         **({"blocks": args.blocks} if args.blocks > 1 and strategy == "snapshot" else {})},
+            "train": {**(base.get("train") or {}), "epochs": args.epochs, "threads": args.threads}}
+
+
 def _sweep_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     """(strategy, P) of every run of the sweep: each ``--strategy`` at every P, then each ``--baseline``
     strategy not swept at the smallest P only (the speed-up reference, see :func:`baseline`)."""
@@ -874,14 +920,8 @@ def _plan_sweep(args: argparse.Namespace, out: Path) -> list[dict]:
         job, run_dir = out / f"job-{name}.yaml", out / f"run-{name}"
         cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir),
                *_settings(args)]
-        text = _RAN + shlex.join([*_launch(args.launcher, P), *_settings(args)]) + "\n" + yaml.safe_dump({
-            # absolute: a re-run with --out spelt another way (relative, absolute) asks the same
-            "data": {"path": str(Path(data).resolve()), "validate": "structure"},
-            "model": {"name": args.model, "hidden": args.hidden},
-            "strategy": {"name": strategy,
-                         **({"blocks": args.blocks} if args.blocks > 1 and strategy == "snapshot" else {})},
-            "train": {"epochs": args.epochs, "threads": args.threads},
-        })
+        text = _RAN + shlex.join([*_launch(args.launcher, P), *_settings(args)]) + "\n" + yaml.safe_dump(
+            _job_of(args, data, strategy))
         state = _run_state(run_dir)
         if state == "training":  # set aside and run again, it would train beside its own copy
             _refuse(f"{run_dir}: a run trains there now (its rank 0 holds run.lock: a run of an earlier sweep that "
@@ -1046,18 +1086,26 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8])
     r.add_argument("--out", required=True, help="directory for graphs, runs, CSV and plots (a re-run with the same "
                                                 "settings continues the sweep there)")
-    r.add_argument("--data", help="strong scaling: dataset directory (default: generate an IBM §6.3 graph)")
+    r.add_argument("--job", type=Path,
+                   help="a job YAML every run starts from: its sections as written, its data.path for strong "
+                        "scaling (unless --data; weak scaling generates its graphs), its model and strategy "
+                        "unless --model/--hidden/--strategy name others; the sweep sets train.epochs (its value "
+                        "unless --epochs) and train.threads (--threads)")
+    r.add_argument("--data", help="strong scaling: dataset directory (default: the --job's, else generate an IBM "
+                                  "§6.3 graph)")
     r.add_argument("--vertices", type=int, default=1 << 14, help="strong scaling: N of the generated graph")
     r.add_argument("--vertices-per-rank", type=int, default=1 << 12, help="weak scaling: N / P")
     r.add_argument("--snapshots", type=int, default=32)
     r.add_argument("--density", type=float, default=3.0)
-    r.add_argument("--model", default="tmgcn")
-    r.add_argument("--strategy", nargs="+", default=["snapshot"], help="strategies swept, each at every P")
+    r.add_argument("--model", help="model.name (default: the --job's, else tmgcn)")
+    r.add_argument("--strategy", nargs="+",
+                   help="strategies swept, each at every P (default: the --job's, else snapshot)")
     r.add_argument("--baseline", nargs="*", default=["snapshot"],
                    help="strategies also run at the smallest P when not swept: the speed-up is taken against the "
                         "fastest run at that P of any strategy (default: snapshot; none: --baseline with no name)")
-    r.add_argument("--hidden", type=int, default=16)
-    r.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
+    r.add_argument("--hidden", type=int, help="model.hidden (default: the --job's, else 16)")
+    r.add_argument("--epochs", type=int,
+                   help="epochs per run; the first is warm-up (default: the --job's train.epochs, else 4)")
     r.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     r.add_argument("--blocks", type=int, default=1, help="strategy.blocks (snapshot strategy)")
     r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P} --mpi=pmix' (default: mpirun -np P)")
@@ -1090,6 +1138,7 @@ def main(argv: list[str] | None = None) -> None:
         report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode)
         return
     # run: the arguments first, before --out is made or locked
+    args.base = _job_base(args)
     for name, values in (("--ranks", args.ranks), ("--vertices", [args.vertices]),
                          ("--vertices-per-rank", [args.vertices_per_rank]), ("--snapshots", [args.snapshots]),
                          ("--epochs", [args.epochs])):
