@@ -872,17 +872,21 @@ def _main(argv: list[str] | None) -> int:
     # would SIGUSR1 (hpcdgnn-mpirun's relay of a Ctrl-C); what is put back at the end is what was there before the
     # starting handler
     before = {sig: starting.get(sig, h) for sig, h in _on_stop_signals(preemption.stop, _PASS_STOPS).items()}
+    writes = args.command in ("prepare", "generate")
     try:
-        code = args.func(args)
-        sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
-        if args.command in ("prepare", "generate"):
-            from hpcdgnn.data.writer import late_stop
+        if writes:  # a stop once the dataset is in place: done, and said so (not the Python API's delivery)
+            from hpcdgnn.data.writer import stops_after_written
 
-            late = late_stop()
-            if late is not None and _speaks_for_job():
-                name = preemption.describe_signal(signal.Signals(late[0]).name)
-                print(f"hpcdgnn: {args.command}: {name} came after {late[1]} was written; the dataset is complete",
-                      file=sys.stderr)
+            late_stops = stops_after_written()
+        else:
+            late_stops = contextlib.nullcontext([])
+        with late_stops as late:
+            code = args.func(args)
+        sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
+        if late and _speaks_for_job():
+            name = preemption.describe_signal(signal.Signals(late[0][0]).name)
+            print(f"hpcdgnn: {args.command}: {name} came after {late[0][1]} was written; the dataset is complete",
+                  file=sys.stderr)
         return code
     except KeyboardInterrupt as e:
         # stopping now: a further signal must not raise in here (a rank told of rank 0's stop before its own
@@ -890,11 +894,15 @@ def _main(argv: list[str] | None) -> int:
         _on_stop_signals(lambda *_: None, _PASS_STOPS)
         n = getattr(e, "signum", signal.SIGINT)
         # the dataset writers remove their hidden directory on the way out; the other commands write in place
-        kept = "; nothing it was writing is left" if args.command in ("prepare", "generate") else ""
+        kept = "; nothing it was writing is left" if writes else ""
         if kept:
             from hpcdgnn.data.writer import remove_unfinished_datasets
 
             remove_unfinished_datasets()
+            # a stop held while the dataset was renamed into place, delivered as the rename failed: the stop decides
+            # the status, and the rename's line (where the earlier dataset is) completes this one
+            if isinstance(e.__context__, HpcdgnnError):
+                kept = f"; {e.__context__}"
         if _speaks_for_job():
             print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return _stop_status(n)

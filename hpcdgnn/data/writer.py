@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -65,6 +66,7 @@ __all__ = [
     "first_not_finite",
     "EVAL_NEGATIVES_FILE",
     "removed_on_error",
+    "stops_after_written",
 ]
 
 DEGREE_FEATURES = ["in_degree", "out_degree"]
@@ -256,26 +258,42 @@ def removed_on_error() -> Iterator[None]:
         raise
 
 
-#: (the stop signal, the dataset) where one came once the dataset was whole at its output (:func:`replace_dir`):
-#: nothing was left to stop, and the command ends as done, saying so (:func:`late_stop`)
-_LATE: list[tuple[int, Path]] = []
+#: where :func:`replace_dir` puts a stop signal that came once the dataset was whole at its output, with that
+#: dataset, for the caller to answer: a list, within :func:`stops_after_written` (the command line, which ends as done
+#: and says the signal came); None elsewhere (the Python API), where the signal is delivered once the dataset is in
+#: place, as its handler answers any other stop
+_LATE_TO: ContextVar[list[tuple[int, Path]] | None] = ContextVar("hpcdgnn_late_stops", default=None)
 
 
-def late_stop() -> tuple[int, Path] | None:
-    """The stop signal that came after this process put its dataset in place, and that dataset; else None (and
-    forgotten: a caller of ``main`` in-process goes on)."""
-    late = _LATE[0] if _LATE else None
-    _LATE.clear()
-    return late
+@contextmanager
+def stops_after_written() -> Iterator[list[tuple[int, Path]]]:
+    """Within the block, a stop signal that comes after a dataset is whole at its output (:func:`replace_dir`) is
+    not delivered but recorded in the list yielded, as (signal, dataset): the dataset is complete and nothing is
+    left to stop, so ``prepare`` and ``generate`` end as done and say the signal came. The list is this block's
+    alone: nothing of an earlier call (an API call's, another ``main``'s) is read in it.
+
+    Elsewhere, a Python caller's signal is delivered to its handler once the dataset is in place; held back for
+    good, it was lost (the script went on as if never signalled)."""
+    late: list[tuple[int, Path]] = []
+    token = _LATE_TO.set(late)
+    try:
+        yield late
+    finally:
+        _LATE_TO.reset(token)
 
 
 @contextmanager
 def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
-    """Hold a stop signal back until the block ends, then deliver it (its own handler runs; with ``deliver`` False
-    the caller answers the signals it yields): steps that must not be parted by the stop's unwinding. The handlers
-    are swapped, not the signal mask: a signal sent to the process goes to any thread that does not block it
-    (numpy's BLAS threads), and Python then runs the handler in the main thread all the same. Elsewhere than in
-    the main thread (which alone runs handlers, and may swap them) nothing is held."""
+    """Hold a stop signal back until the block ends, then deliver it (its own handler runs): steps that must not be
+    parted by the stop's unwinding. With ``deliver`` False the caller answers the signals it yields where the block
+    completes; where it raises, the signal is delivered all the same (a stop is never dropped with the error). The
+    handlers are swapped, not the signal mask: a signal sent to the process goes to any thread that does not block
+    it (numpy's BLAS threads), and Python then runs the handler in the main thread all the same. Elsewhere than in
+    the main thread (which alone runs handlers, and may swap them) nothing is held.
+
+    Args:
+        deliver: deliver a signal that came once the block completes, else leave it to the caller.
+    """
     came: list[int] = []
     saved: dict[int, Any] = {}
     try:
@@ -284,6 +302,9 @@ def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
                 if signal.getsignal(sig) is not None:  # None: set outside Python, which could not be put back
                     saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
         yield came
+    except BaseException:
+        deliver = True
+        raise
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
@@ -590,8 +611,11 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
     then the earlier one removed: removed first, a crash or a SIGKILL before the rename would leave no dataset at
     all, and a failed rename neither. So a dataset is at ``root`` but for the instant between the two renames, when
     the earlier one is whole at its hidden name; the next prepare to ``root`` removes that once its own is in place
-    (:func:`_remove_asides`). A failed rename puts the earlier one back. A stop signal waits for the renames; once
-    the dataset is in place it has nothing left to stop (:func:`late_stop`: the command ends as done, saying so).
+    (:func:`_remove_asides`). A failed rename puts the earlier one back. A stop signal waits for the renames and the
+    removal, then is delivered: where the rename failed, it decides the exit (the job was stopped; the rename's
+    line, which may say where the earlier dataset is, stays the exception's context); where the dataset is in
+    place, a Python caller's handler answers it, and within :func:`stops_after_written` it is recorded instead
+    (nothing is left to stop: the command ends as done, saying so).
     Without ``force`` a non-empty ``root`` is another prepare's finished output, not ours to delete.
 
     Args:
@@ -609,7 +633,8 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         # known by it
         (tmp / _WRITER).unlink(missing_ok=True)
         sync_directory(tmp)
-    with _stops_held(deliver=False) as came:
+    late = _LATE_TO.get()
+    with _stops_held(deliver=late is None) as came:
         aside = _set_aside(root) if force and root.is_dir() else None
         try:
             if aside is None and root.is_dir():
@@ -618,12 +643,12 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         except OSError as e:
             raise _not_moved(root, e, aside) from None
         _TEMPORARIES.discard(tmp)
-        # the dataset is whole at root: a stop from here has nothing left to stop, and stopping would leave an
-        # earlier dataset set aside and say nothing was written; the command ends as done and says the signal came
+        # the dataset is whole at root: unwinding here would leave an earlier dataset set aside, so a stop waits
+        # for its removal too
         sync_directory(root.parent)
         _remove_asides(root)
-    if came:
-        _LATE[:] = [(came[0], root)]
+    if came and late is not None:
+        late.append((came[0], root))
 
 
 def _not_moved(root: Path, e: OSError, aside: Path | None) -> DataError:

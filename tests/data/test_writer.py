@@ -16,7 +16,15 @@ import pytest
 
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
-from hpcdgnn.data.writer import RawSnapshot, _dedupe, _sum_sparse, edge_keys, human_bytes, late_stop, write_dataset
+from hpcdgnn.data.writer import (
+    RawSnapshot,
+    _dedupe,
+    _sum_sparse,
+    edge_keys,
+    human_bytes,
+    stops_after_written,
+    write_dataset,
+)
 from hpcdgnn.errors import DataError
 
 N = 5
@@ -339,8 +347,8 @@ def test_an_earlier_dataset_a_crash_left_aside_goes_with_the_next_prepare(tmp_pa
 def test_a_stop_signal_waits_for_the_renames(tmp_path, monkeypatch, sigterm_unwinds):
     """SIGTERM sent as the earlier dataset is set aside waits for the renames (not between them, where the output
     is empty); then the new dataset is whole in place and nothing is left to stop: the earlier one is removed and
-    the command ends as done, told of the signal (it unwound and said nothing was written, the earlier one left
-    aside)."""
+    the command (:func:`stops_after_written`) ends as done, told of the signal (it unwound and said nothing was
+    written, the earlier one left aside)."""
     root = tmp_path / "d"
     write_dataset(root, _raw(), num_vertices=N)
     rename = os.rename
@@ -352,9 +360,10 @@ def test_a_stop_signal_waits_for_the_renames(tmp_path, monkeypatch, sigterm_unwi
         return rename(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "rename", signalled)
-    write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    with stops_after_written() as late:
+        write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
     monkeypatch.setattr(os, "rename", rename)
-    assert late_stop() == (signal.SIGTERM, root) and late_stop() is None
+    assert late == [(signal.SIGTERM, root)]
     assert load_manifest(root).num_snapshots == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
@@ -536,10 +545,14 @@ def test_the_hidden_directory_of_a_killed_prepare_goes_with_the_next_one(tmp_pat
         remove_temporary(running)
 
 
-def test_a_stop_once_the_dataset_is_in_place_ends_generate_as_done(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_stop_while_generate_moves_its_dataset_in(tmp_path, monkeypatch, capsys, refused):
     """``generate --force`` over an earlier dataset, SIGTERM as the earlier one is set aside: the command said
     'stopped by SIGTERM; nothing it was writing is left', exit 143, with the new dataset whole in place and the
-    earlier one left aside. Now it ends as done (0), the earlier one removed, and its line says the signal came."""
+    earlier one left aside. Now it ends as done (0), the earlier one removed, and its line says the signal came.
+    Where the new one's rename then fails (an I/O error), the held signal was dropped with the error: exit 2, as if
+    never stopped. The stop decides there: exit 143, its one line keeping the rename's words (the earlier dataset
+    back in place)."""
     from hpcdgnn.__main__ import main
 
     root = tmp_path / "g"
@@ -551,11 +564,18 @@ def test_a_stop_once_the_dataset_is_in_place_ends_generate_as_done(tmp_path, mon
         if Path(src) == root:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
+        elif refused and Path(src).name.startswith(".g.tmp-"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
         return rename(src, dst, *a, **k)
 
     monkeypatch.setattr(os, "rename", signalled)
     capsys.readouterr()
-    assert main([*args[:-1], "2", "--force"]) == 0
-    assert capsys.readouterr().err.splitlines()[-1] == (f"hpcdgnn: generate: SIGTERM came after {root} was written; "
-                                                        "the dataset is complete")
+    code, line = ((0, f"hpcdgnn: generate: SIGTERM came after {root} was written; the dataset is complete")
+                  if not refused else
+                  (143, f"hpcdgnn: generate: stopped by SIGTERM; {root}: cannot move the finished dataset into place: "
+                   "Input/output error (this one is discarded; the earlier dataset is back in place)"))
+    assert main([*args[:-1], "2", "--force"]) == code
+    monkeypatch.setattr(os, "rename", rename)
+    assert capsys.readouterr().err.splitlines()[-1] == line
+    assert load_manifest(root).num_snapshots == (3 if refused else 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
