@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError
@@ -131,33 +131,95 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
     Waits at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long as its work takes; words about
     other keys (earlier calls rank 0 made alone) are skipped, and named if rank 0 never starts this one.
 
+    A stop signal while waiting (mpirun, srun and hpcdgnn-mpirun's relay signal every rank) is held up to
+    :data:`~hpcdgnn.comm.world.STOP_GRACE_S` for rank 0's word, which decides this rank's outcome as it decides the
+    job's: rank 0 done (a ``prepare`` whose signal came once its dataset was in place ends as done) is this rank
+    done, where its own signal's status would have been the job's and a job script would requeue a prepare that
+    then refuses the existing output; rank 0 stopped is this rank stopped by rank 0's signal. Leaving at once would
+    also have the launcher end rank 0 while it removes what it was writing. Without a word by then (rank 0 not
+    signalled, or stuck), this rank's own signal goes to its handler (where that lets it go on, it waits on); a
+    rank 0 that died ends the job by the launcher's abort.
+
     Raises:
         HpcdgnnError: rank 0's error; :class:`~hpcdgnn.errors.DataError` where rank 0 did not start within the
             timeout.
         hpcdgnn.preemption.Stopped: rank 0's signal, where one stopped its work (this rank's status then is
             rank 0's; a command line leaves the line to rank 0).
     """
-    from hpcdgnn.comm.world import start_timeout
+    from hpcdgnn.comm.world import STOP_GRACE_S, start_timeout
+    from hpcdgnn.data.writer import stops_held
 
     timeout = start_timeout()
-    deadline, started = time.monotonic() + timeout, False
-    others: list[Any] = []  # what rank 0 did meanwhile: a script giving each rank its own arguments is told so
+    wait = _Wait(timeout, time.monotonic() + timeout)
+    with stops_held() as came:
+        try:
+            word = _word_of_rank_0(world, tag, key, words, wait, lambda: bool(came), STOP_GRACE_S)
+        except BaseException:
+            came.clear()  # rank 0's outcome, not this rank's signal
+            raise
+        if word is not _UNHEARD:
+            came.clear()
+    if word is _UNHEARD:  # this rank's signal, delivered on leaving the block, did not stop it
+        word = _word_of_rank_0(world, tag, key, words, wait, lambda: False, STOP_GRACE_S)
+    return done(word)
+
+
+@dataclass
+class _Wait:
+    """What :func:`await_rank_0` has heard so far: the time it gives rank 0 to start (``HPCDGNN_START_TIMEOUT``) and
+    its deadline, whether rank 0 started, the keys of rank 0's other calls meanwhile."""
+
+    timeout_s: float
+    deadline: float
+    started: bool = False
+    others: list[Any] = field(default_factory=list)
+
+
+#: :func:`_word_of_rank_0`'s answer where this rank was stopped and rank 0 said nothing within the grace
+_UNHEARD = object()
+
+
+def _word_of_rank_0(world, tag: int, key: Any, words: Words, wait: _Wait, stopped: Callable[[], bool],
+                    grace_s: float) -> Any:
+    """Rank 0's word about ``key`` (:func:`await_rank_0`), or :data:`_UNHEARD` where none came within ``grace_s`` of
+    ``stopped()`` turning true.
+
+    Args:
+        world: ``MPI.COMM_WORLD``.
+        tag: the call's MPI tag.
+        key: the call's key.
+        words: the call's lines.
+        wait: what was heard so far, updated.
+        stopped: whether this rank got a stop signal.
+        grace_s: how long a stopped rank waits for the word.
+
+    Raises:
+        HpcdgnnError: rank 0's error, or rank 0 did not start (:func:`await_rank_0`).
+        hpcdgnn.preemption.Stopped: rank 0's stop.
+    """
+    give_up = None
     while True:
         while not world.Iprobe(source=0, tag=tag):
-            if not started and time.monotonic() > deadline:
+            now = time.monotonic()
+            if not wait.started and now > wait.deadline:
+                others = wait.others
                 did = (f" (it {words.did} {', '.join(map(str, others[-2:]))}: if in this call, every rank must "
                        f"give the same {words.same})" if others else "")
-                raise DataError(f"{words.name}: rank 0 did not start {words.doing} {key} within {timeout:g} s "
-                                f"(HPCDGNN_START_TIMEOUT){did}: under mpirun {words.why}, so it must make the call "
-                                "too")
+                raise DataError(f"{words.name}: rank 0 did not start {words.doing} {key} within "
+                                f"{wait.timeout_s:g} s (HPCDGNN_START_TIMEOUT){did}: under mpirun {words.why}, "
+                                "so it must make the call too")
+            if give_up is None and stopped():
+                give_up = now + grace_s
+            if give_up is not None and now > give_up:
+                return _UNHEARD
             time.sleep(0.01)
         about, word = world.recv(source=0, tag=tag)
         if about != key:  # an earlier call of rank 0 alone, about another key
-            if word is None and about not in others:
-                others.append(about)
+            if word is None and about not in wait.others:
+                wait.others.append(about)
             continue
         if word is None:
-            started = True
+            wait.started = True
             continue
         if isinstance(word, tuple) and word[0] == _STOP:
             from hpcdgnn.preemption import Stopped
@@ -168,7 +230,7 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
             err = kind(line)
             err.said_by_rank_0 = bool(same)  # type: ignore[attr-defined]
             raise err
-        return done(word)
+        return word
 
 
 def on_rank_0(tag: int, key: Any, work: Callable[[], T], words: Words, done: Callable[[str], T],

@@ -67,6 +67,7 @@ __all__ = [
     "EVAL_NEGATIVES_FILE",
     "removed_on_error",
     "stops_after_written",
+    "stops_held",
 ]
 
 DEGREE_FEATURES = ["in_degree", "out_degree"]
@@ -283,7 +284,7 @@ def stops_after_written() -> Iterator[list[tuple[int, Path]]]:
 
 
 @contextmanager
-def _stops_held(deliver: bool = True) -> Iterator[list[int]]:
+def stops_held(deliver: bool = True) -> Iterator[list[int]]:
     """Hold a stop signal back until the block ends, then deliver it (its own handler runs): steps that must not be
     parted by the stop's unwinding. With ``deliver`` False the caller answers the signals it yields where the block
     completes; where it raises, the signal is delivered all the same (a stop is never dropped with the error). The
@@ -328,7 +329,7 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
             sync_directory(d.parent)
         # a stop signal waits until the directory is on the list :func:`remove_unfinished_datasets` clears: arriving
         # between its creation and the caller's cleanup it would leave it behind
-        with _stops_held():
+        with stops_held():
             # mkdtemp, not the pid: two nodes on a shared file system may share a pid
             tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
             _TEMPORARIES.add(tmp)
@@ -634,7 +635,7 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         (tmp / _WRITER).unlink(missing_ok=True)
         sync_directory(tmp)
     late = _LATE_TO.get()
-    with _stops_held(deliver=late is None) as came:
+    with stops_held(deliver=late is None) as came:
         aside = _set_aside(root) if force and root.is_dir() else None
         try:
             if aside is None and root.is_dir():
