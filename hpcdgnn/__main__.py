@@ -829,7 +829,7 @@ def _parser() -> argparse.ArgumentParser:
                         "and time_split.png (the slowest rank's load / compute / exposed communication per epoch) "
                         "into --out. Scaling plots over P: perf/scaling.py.")
     rp.add_argument("rundirs", nargs="+", metavar="RUNDIR", help="run directories")
-    rp.add_argument("--out", "--output", dest="out", default="report", help="directory of the PNGs (default report/)")
+    rp.add_argument("--out", "--output", dest="out", help="PNG directory (default: one run's RUNDIR/report/)")
     rp.set_defaults(func=_cmd_report)
     return p
 

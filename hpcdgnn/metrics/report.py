@@ -1,4 +1,9 @@
-"""``python -m hpcdgnn report RUNDIR... --out DIR``: learning curves and the per-epoch time split as PNGs.
+"""``python -m hpcdgnn report RUNDIR... [--out DIR]``: learning curves and the per-epoch time split as PNGs.
+
+Where they go: ``--out DIR``, which a report never overwrites (a directory the user named may hold anything);
+without it, one run's own ``RUNDIR/report/``, which a later report of that run replaces: the figures are derived
+from the run's records alone, so redrawing them loses nothing, and they stay with the run they describe instead
+of cluttering the current directory. Several runs need ``--out``: no one run's directory is theirs.
 
 ``curves.png``: the training loss and every validation / test metric per epoch, one line per run.
 ``time_split.png``: per run, the slowest rank's load, compute and exposed communication per epoch, stacked
@@ -46,8 +51,42 @@ def _save(plt, fig, axes, path: Path) -> None:
     plt.close(fig)
 
 
+#: the directory of a report of one run given no --out, inside that run (replaced by the next such report)
+OWN_DIR = "report"
+
+
+def _destination(named: str | None, rundirs: list[Path]) -> tuple[Path, list[Path]]:
+    """The report's directory, made, and its two PNG paths (see the module's docstring for where and why).
+
+    Args:
+        named: ``--out`` as given, or None.
+        rundirs: the runs' directories.
+    """
+    if named is None:
+        if len(rundirs) > 1:
+            raise ConfigError(f"report: {len(rundirs)} runs: give --out DIR for their common figures (without "
+                              f"--out a report of one run goes into its RUNDIR/{OWN_DIR}/)")
+        out = rundirs[0] / OWN_DIR
+        what = f"report: {out}"
+    else:
+        out = Path(named)
+        what = f"report --out {out}"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{what}: is a file; give a directory for the figures")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{what}: cannot make the directory ({e.strerror or e}); give another --out") from None
+    made = [out / "curves.png", out / "time_split.png"]
+    there = [p for p in made if p.exists()]
+    if there and named is not None:
+        raise ConfigError(f"{what}: {there[0].name} exists; a report never overwrites a directory you name (give "
+                          f"a new --out, or none for a run's own RUNDIR/{OWN_DIR}/)")
+    return out, made
+
+
 def run_report(args) -> int:
-    """Draw the two figures of the runs in ``args.rundirs`` into ``args.out``."""
+    """Draw the two figures of the runs in ``args.rundirs`` into ``args.out`` (None: one run's ``RUNDIR/report/``)."""
     try:
         import matplotlib
 
@@ -66,14 +105,7 @@ def run_report(args) -> int:
     empty = [name for name, recs in records.items() if not recs]
     if empty:
         raise DataError(f"report: {', '.join(empty)}: metrics.jsonl has no epoch records")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"report --out {out}: is a file; give a directory for the figures")
-    out.mkdir(parents=True, exist_ok=True)
-    made = [out / "curves.png", out / "time_split.png"]
-    there = [p for p in made if p.exists()]
-    if there:
-        raise ConfigError(f"report --out {out}: {there[0].name} exists; a report never overwrites (give a new --out)")
+    out, made = _destination(args.out, [r.dir for r in runs])
 
     curves = {name: learning_curves(recs) for name, recs in records.items()}
     keys = list(dict.fromkeys(k for c in curves.values() for k in c))
