@@ -2,8 +2,9 @@
 # SLURM strong-scaling sweep: one fixed graph, a job array whose task id indexes the rank counts RANKS_LIST.
 #   bash jobs/slurm-strong.sh [run arguments]     submits one array task per rank count P, each on the
 #                                                 ceil(P / RANKS_PER_NODE) whole nodes it needs, sized from the
-#                                                 environment below (defaults: the #SBATCH lines), and warns
-#                                                 when sinfo lists no such nodes (the task would pend forever)
+#                                                 environment below (defaults: the #SBATCH lines); a P for
+#                                                 which sinfo lists no such nodes would pend forever: it is
+#                                                 not submitted (a warning, a line, exit 1) unless SUBMIT_ANYWAY=1
 #   sbatch jobs/slurm-strong.sh [run arguments]   every array task gets the largest allocation below; override
 #                                                 sizes on the command line, e.g. sbatch --nodes=2 --array=0-2 ...
 # Keep --array=0-(n-1) for the n entries of RANKS_LIST, and --nodes x --ntasks-per-node >= the largest.
@@ -18,6 +19,8 @@
 #     GPUS_PER_NODE   --gpus-per-node (default none: CPU)                 TIME           --time
 #     EXCLUSIVE       1: whole nodes (--exclusive, default); 0: share them (--oversubscribe), the tasks one
 #                     at a time (--dependency=singleton: two of them on one node disturb each other's times)
+#     SUBMIT_ANYWAY   1: submit a P that sinfo says no node set can take (a partition sinfo does not show
+#                     you, nodes about to be added); default 0: skip it, as it would pend until scancel
 #     SBATCH_FLAGS    more sbatch options, split at spaces (e.g. "--partition=short -A proj"); SBATCH_* input
 #                     variables such as SBATCH_PARTITION work as well
 #   RUNDIR       run directory (default runs/<job name>-<sweep>/p<P>; sweep = SWEEP, else the array job id and
@@ -71,20 +74,24 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
   if [ "${EXCLUSIVE:-1}" = 0 ]; then flags+=(--oversubscribe --dependency=singleton); else flags+=(--exclusive); fi
   while IFS= read -r f; do flags+=("$f"); done < <(hpcdgnn_extra_flags SBATCH_FLAGS)
   export SWEEP=${SWEEP:-$(date +%Y%m%d-%H%M%S)} JOB RANKS_LIST
-  refused=()
+  refused=() skipped=()
   for i in "${!_ranks[@]}"; do
     p=${_ranks[$i]}
     tpn=$((p < rpn ? p : rpn))
     nodes=$(((p + rpn - 1) / rpn))
-    hpcdgnn_check_request "$nodes" "$tpn" "$cpt" "$gpn" "P=$p" || true
+    if ! hpcdgnn_check_request "$nodes" "$tpn" "$cpt" "$gpn" "P=$p" && [ "${SUBMIT_ANYWAY:-0}" != 1 ]; then
+      echo "hpcdgnn-job: P=$p not submitted (it would pend forever); SUBMIT_ANYWAY=1 submits it" >&2
+      skipped+=("$p")
+      continue
+    fi
     if ! sbatch --array="$i" --nodes="$nodes" --ntasks-per-node="$tpn" "${flags[@]}" jobs/slurm-strong.sh "$@"; then
       refused+=("$p")
     fi
   done
   if [ "${#refused[@]}" -gt 0 ]; then
     echo "hpcdgnn-job: sbatch refused P = ${refused[*]}" >&2
-    exit 1
   fi
+  if [ "${#refused[@]}" -gt 0 ] || [ "${#skipped[@]}" -gt 0 ]; then exit 1; fi
   exit 0
 fi
 

@@ -610,16 +610,16 @@ def test_slurm_strong_submission_sizes_each_task(fake, tmp_path):
 
 
 def test_slurm_strong_submission_warns_on_a_small_cluster(fake, tmp_path):
-    """The header's sizes on a 1-node, 2-CPU cluster: a warning per task that would pend; the sizes are overridable."""
+    """The header's sizes on a 1-node, 2-CPU cluster: a warning per task that would pend, and none of them
+    submitted (exit 1); the sizes are overridable."""
     _fake_sbatch(tmp_path)
     proc = fake.run("slurm-strong.sh", RANKS_LIST="1 2", FAKE_SINFO="vm 2 (null)")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1 and fake.log() == [], proc.stderr
     warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
     assert len(warnings) == 2 and "P=2 asks for 1 node(s) with 2 tasks x 4 CPUs = 8 CPUs" in warnings[1], warnings
     assert "the largest has 2 CPUs" in warnings[1] and "CPUS_PER_TASK" in warnings[1]
     # sized for it from the environment: no warning, and the sbatch line says so
     log = tmp_path / "calls.log"
-    log.unlink()
     env = dict(RANKS_PER_NODE=2, CPUS_PER_TASK=1, EXCLUSIVE=0, TIME="00:20:00", SBATCH_FLAGS="-p debug --qos=x")
     proc = fake.run("slurm-strong.sh", "--set", "train.epochs=1", RANKS_LIST="1 2", FAKE_SINFO="vm 2 (null)", **env)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
@@ -636,12 +636,30 @@ def test_slurm_strong_submission_warns_on_a_small_cluster(fake, tmp_path):
         GPUS_PER_NODE=4,
         RANKS_PER_NODE=4,
         CPUS_PER_TASK=1,
+        SUBMIT_ANYWAY=1,
         FAKE_SINFO="a 64 (null)\nb 64 gpu:a100:2(S:0)",
     )
     assert proc.returncode == 0 and "4 GPUs each" in proc.stderr and "2 GPUs" in proc.stderr, proc.stderr
     assert "--gpus-per-node=4" in fake.log()[0]
     proc = fake.run("slurm-strong.sh", RANKS_LIST="4", CPUS_PER_TASK="x")
     assert proc.returncode == 2 and "whole numbers" in proc.stderr
+
+
+def test_slurm_strong_skips_a_p_that_would_pend_unless_forced(fake, tmp_path):
+    """P = 3 at 2 ranks per node on a 1-node cluster needs 2 nodes: it was warned about and submitted anyway, and
+    pended until scancel. Now it is skipped in one line (the others submitted, exit 1); SUBMIT_ANYWAY=1 submits it."""
+    _fake_sbatch(tmp_path)
+    env = dict(RANKS_LIST="1 2 3", RANKS_PER_NODE=2, CPUS_PER_TASK=1, EXCLUSIVE=0, FAKE_SINFO="vm 2 (null)")
+    proc = fake.run("slurm-strong.sh", **env)
+    assert proc.returncode == 1, proc.stderr
+    assert [ln.split()[1] for ln in fake.log()] == ["--array=0", "--array=1"], fake.log()
+    lines = [ln for ln in proc.stderr.splitlines() if "P=3" in ln]
+    assert len(lines) == 2 and "would pend forever" in lines[0], proc.stderr  # the warning, then the skip
+    assert lines[1] == "hpcdgnn-job: P=3 not submitted (it would pend forever); SUBMIT_ANYWAY=1 submits it"
+    (tmp_path / "calls.log").unlink()
+    proc = fake.run("slurm-strong.sh", SUBMIT_ANYWAY=1, **env)
+    assert proc.returncode == 0 and "would pend forever" in proc.stderr, proc.stderr
+    assert fake.log()[2].startswith("sbatch --array=2 --nodes=2 --ntasks-per-node=2 "), fake.log()
 
 
 @pytest.mark.parametrize("ranks", ["1 3.5", "1 two", "1 0 2", "1 -2", " ", "\t", "1 *"])
