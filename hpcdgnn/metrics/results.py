@@ -60,6 +60,22 @@ def _make_run_dir(p: Path) -> None:
     MADE_PARENT_DIRS[p.resolve()] = missing
 
 
+def _way_on(taken: Path) -> str:
+    """What to do about an ``--output`` that is taken, in the words of whoever started the run: resume the run
+    there (where it is one: its saved job), or give another directory.
+
+    Args:
+        taken: the non-empty directory.
+    """
+    from hpcdgnn.train.trainer import RESTART_WORDS  # not at the top: the trainer imports this module
+
+    resume, output, _ = RESTART_WORDS.get()
+    other = f"give another {output}"
+    if (taken / "config.resolved.yaml").is_file():
+        return f"resume it with {resume.format(str(taken))}, or {other}"
+    return other
+
+
 def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
     """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run.
     One it creates is recorded in :data:`MADE_RUN_DIRS`."""
@@ -70,7 +86,8 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
         if p.exists() and not p.is_dir():
             raise ConfigError(f"--output {output}: is a file; a run writes into a new or empty directory")
         if p.exists() and any(p.iterdir()):
-            raise ConfigError(f"--output {output}: directory exists and is not empty; a run never overwrites another")
+            raise ConfigError(f"--output {output}: directory exists and is not empty; a run never overwrites another: "
+                              f"{_way_on(p)}")
         try:
             if not p.exists():
                 _make_run_dir(p)

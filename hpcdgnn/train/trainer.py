@@ -22,6 +22,7 @@ where the strategy resumes between batches, or abandon the epoch, writing the ch
 from __future__ import annotations
 
 import json
+import os
 import time
 from array import array
 from contextlib import suppress
@@ -375,8 +376,34 @@ RESTART_WORDS: ContextVar[tuple[str, str, str]] = ContextVar("RESTART_WORDS",
 
 
 def _resume_words(run: Run) -> str:
-    """``--resume RUNDIR``, or the Python API's call that continues the run."""
-    return RESTART_WORDS.get()[0].format(str(run.run_dir))
+    """``--resume RUNDIR`` and the whole command that resumes, as launched here, or the Python API's call.
+
+    A user pre-empted mid-study should not have to work out how ``--resume`` fits their launch line: where this
+    rank's environment names its launcher (:func:`~hpcdgnn.comm.world.expected_world_size`), the command is
+    spelled out with it and its rank count (a resume may change P, but the same P is what continues bit for bit).
+    """
+    words = RESTART_WORDS.get()[0].format(str(run.run_dir))
+    if not words.startswith("--"):  # the Python API's call: complete as it is
+        return words
+    return f"{words}: {_launch_prefix(os.environ)}python -m hpcdgnn run {words}"
+
+
+def _launch_prefix(environ) -> str:
+    """``LAUNCHER -np P `` as this rank's environment names the launcher, '' for a process none started.
+
+    Args:
+        environ: the environment to read (``os.environ``).
+    """
+    from hpcdgnn.comm.world import expected_world_size
+    from hpcdgnn.launch import _ACTIVE as MARKER_VAR  # the variable hpcdgnn-mpirun sets in what it starts
+
+    launched = expected_world_size(environ)
+    if launched is None:
+        return ""
+    ranks, launcher = launched
+    if launcher == "mpirun" and environ.get(MARKER_VAR):  # hpcdgnn-mpirun marks what it starts
+        launcher = "hpcdgnn-mpirun"
+    return f"{launcher} {'-n' if launcher == 'srun' else '-np'} {ranks} "
 
 
 def _restart_hint(run: Run, checkpointed: bool) -> str:
