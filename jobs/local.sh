@@ -5,7 +5,8 @@
 # Environment:
 #   JOB            job YAML (default jobs/local.yaml: CD-GCN on CollegeMsg, prepared from inputs/ if absent)
 #   NP             number of ranks (default 2)
-#   RUNDIR         run directory (default runs/local-<time>); an existing one with checkpoints is resumed
+#   RUNDIR         run directory (default runs/<JOB's file name without .yaml>-<time>, as python -m hpcdgnn run's);
+#                  an existing one with checkpoints is resumed
 #   DATA           dataset directory overriding the YAML's data.path
 #   HPCDGNN_MPIRUN mpirun to use (default: the venv's, else mpirun on PATH), MPIRUN_FLAGS extra mpirun flags
 #   HPCDGNN_PYTHON, HPCDGNN_SETUP, HPCDGNN_VENV: see jobs/lib.sh
@@ -24,7 +25,10 @@ hpcdgnn_init
 NP=${NP:-2}
 # no $(...) or <(...) from here on: with the traps set, bash <= 5.2 can lose a signal in their parse (jobs/lib.sh)
 printf -v stamp '%(%Y%m%d-%H%M%S)T' -1
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/local-$stamp}
+name=${JOB##*/}  # the job file's stem, as a run without --output names its directory
+name=${name%.yaml}
+name=${name%.yml}
+RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/$name-$stamp}
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 
 # mpirun with what this machine needs, as hpcdgnn-mpirun would run it ("env VAR=1 ... mpirun ...": env

@@ -1096,6 +1096,18 @@ def test_local_script_end_to_end(launcher, small_dataset, tmp_path):
     assert (rundir / "metrics.jsonl").read_text() == before
 
 
+def test_the_local_script_names_its_run_after_the_job_file(launcher, small_dataset, tmp_path):
+    """``JOB=mydata/hybrid.yaml bash jobs/local.sh`` made runs/local-<time>; as ``run`` without --output, the
+    default run directory is now runs/<job file's stem>-<time>."""
+    job = write_job(tmp_path / "hybrid.yaml", small_dataset, train={"epochs": 1})
+    proc = subprocess.run(["bash", str(JOBS / "local.sh")],
+                          env=_local_env(launcher, JOB=job, NP=1, HPCDGNN_RUNS=tmp_path / "runs"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"hybrid-\d{8}-\d{6}", run.name) and (run / "summary.json").is_file(), run
+
+
 def test_the_local_script_on_a_finished_run_says_how_to_train_it_further(launcher, small_dataset, tmp_path):
     """``local.sh`` on a RUNDIR whose run finished said "nothing to do" (and, given more epochs, "a finished run of
     other settings": use another RUNDIR), not how to go on with it: both name its resume with more epochs, and
