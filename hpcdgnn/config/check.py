@@ -149,10 +149,17 @@ def run_check(args: argparse.Namespace) -> int:
     if predicted is not None:
         ranks = predicted["by_rank"]
         print(f"predicted peak {mib(predicted['bytes'])} on the most loaded rank (planner: "
-              + ", ".join(f"{k} {mib(v)}" for k, v in predicted["parts"].items()) + f"; rates {predicted['rates']})")
+              + ", ".join(f"{_PARTS.get(k, k)} {mib(v)}" for k, v in predicted["parts"].items() if v)
+              + f"; rates {predicted['rates']})")
         print("  by rank: " + _by_rank(ranks))
     return 0
 
+
+#: the planner's memory parts as the check's line names them. A full-batch strategy keeps its inputs (Ã_t, X_t)
+#: resident for the epoch ("inputs"); a sampled one (``sequences``, ``hybrid``: the closure's rows it reads once,
+#: DynaHB §4.1) keeps them on the host and builds each batch from there ("host"), its "inputs" 0 — which the line
+#: printed as "inputs 0.00 MiB", read as "reads nothing". A part of 0 bytes is left out; ``--json`` keeps them all.
+_PARTS = {"inputs": "resident inputs", "host": "host-held inputs"}
 
 #: above this many ranks the by-rank memory line is summarised (the JSON keeps every rank's)
 _LISTED_RANKS = 8

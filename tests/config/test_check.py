@@ -172,3 +172,16 @@ def test_the_memory_of_many_ranks_is_summarised(tmp_path, small_dataset, capsys)
                     f"(rank {high}) MiB over 12 ranks; --json lists each rank's")
     code, out, err = _check(capsys, job, "--ranks", 3, "--memory-per-rank", "1GiB")
     assert "  by rank: 0:" in out and " 2:" in out
+
+
+def test_check_names_a_sampled_strategys_inputs_as_held_on_the_host(tmp_path, small_dataset, capsys):
+    """hybrid keeps its closure's rows on the host: the line said "inputs 0.00 MiB" (the resident part) beside
+    "host ...", read as "the run reads nothing"; now a part of 0 is left out and the host part is named inputs."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn_cell", "layers": 1},
+                    strategy={"name": "hybrid"})
+    code, out, err = _check(capsys, job, "--ranks", 2)
+    assert code == 0, err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("predicted peak")]
+    assert "inputs 0.00 MiB" not in line and "host-held inputs " in line, line
+    code, out, err = _check(capsys, job, "--ranks", 2, "--json")
+    assert json.loads(out)["memory"]["predicted"]["parts"]["inputs"] == 0  # the JSON keeps every part
