@@ -689,13 +689,21 @@ def _job_base(args: argparse.Namespace) -> dict:
             base = yaml.safe_load(args.job.read_text())
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             _refuse(f"--job {args.job}: {' '.join(str(getattr(e, 'strerror', None) or e).split())}")
-        if not isinstance(base, dict) or not all(isinstance(v, dict) for v in base.values()):
+        if not isinstance(base, dict) or not all(v is None or isinstance(v, dict) for v in base.values()):
             _refuse(f"--job {args.job}: not a job file (a mapping of sections: data, model, task, train, ...)")
+        from hpcdgnn.config.schema import ModelConfig, StrategyConfig, TrainConfig
+
+        base = {name: dict(section or {}) for name, section in base.items()}  # `task:` alone: its defaults
+        # a section without a name is hpcdgnn's default one, whose keys it holds: not the generated graph's sweep's
+        base["model"] = {"name": ModelConfig.name, **base.get("model", {})}
+        base["strategy"] = {"name": StrategyConfig.name, **base.get("strategy", {})}
+        base["train"] = {"epochs": TrainConfig.epochs, **base.get("train", {})}
+    elif args.hidden is None:
+        args.hidden = 16
     section = {name: base.get(name) or {} for name in ("data", "model", "strategy", "train")}
     args.model = args.model or section["model"].get("name") or "tmgcn"
-    args.hidden = args.hidden or section["model"].get("hidden") or 16
     args.strategy = args.strategy or [section["strategy"].get("name") or "snapshot"]
-    args.epochs = args.epochs or section["train"].get("epochs") or 4
+    args.epochs = args.epochs if args.epochs is not None else section["train"].get("epochs", 4)
     if args.mode == "strong" and not args.data and section["data"].get("path"):
         args.data = str(section["data"]["path"])  # a job's path is relative to the working directory, as here
     return base
@@ -716,7 +724,9 @@ def _job_of(args: argparse.Namespace, data: Path, strategy: str) -> dict:
             # absolute: a re-run with --out spelt another way (relative, absolute) asks the same
             "data": {**(base.get("data") or {}), "path": str(Path(data).resolve()),
                      "validate": (base.get("data") or {}).get("validate", "structure")},
-            "model": {**kept("model", args.model), "name": args.model, "hidden": args.hidden},
+            # --hidden, else the job's for its own model, else that model's default
+            "model": {**kept("model", args.model), "name": args.model,
+                      **({"hidden": args.hidden} if args.hidden is not None else {})},
             "strategy": {**kept("strategy", strategy), "name": strategy,
                          **({"blocks": args.blocks} if args.blocks > 1 and strategy == "snapshot" else {})},
             "train": {**(base.get("train") or {}), "epochs": args.epochs, "threads": args.threads}}

@@ -50,6 +50,27 @@ def test_a_job_file_is_every_run_s_base(monkeypatch, tmp_path):
                      "--epochs", "3", "--hidden", "8", "--baseline")
     assert other[0]["strategy"] == {"name": "snapshot"} and other[0]["train"]["epochs"] == 3
     assert other[0]["model"] == {"name": "tgcn_cell", "hidden": 8} and other[0]["task"]["horizon"] == 2
+    # another model: the job's width is its own model's, not the named one's
+    named = _planned(monkeypatch, tmp_path / "c", "--ranks", "1", "--job", str(job), "--model", "evolvegcn_o",
+                     "--baseline")
+    assert named[0]["model"] == {"name": "evolvegcn_o"}, named[0]["model"]
+
+
+def test_a_job_s_sections_without_a_name_are_hpcdgnn_s_defaults_kept_whole(monkeypatch, tmp_path):
+    """A job that names no model or strategy runs hpcdgnn's defaults (cdgcn, snapshot); the sweep gave its
+    own generated-graph default (tmgcn) and dropped the sections' keys (layers, blocks) as another model's. An
+    empty section (``task:``), which hpcdgnn takes as its defaults, is a job file too."""
+    from hpcdgnn.config.schema import ModelConfig, StrategyConfig, TrainConfig
+
+    data = tmp_path / "mine"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {data}}}\nmodel: {{hidden: 64, layers: 3}}\nstrategy: {{blocks: 2}}\ntask:\n")
+    jobs = _planned(monkeypatch, tmp_path, "--ranks", "1", "--job", str(job), "--baseline")
+    assert jobs[0]["model"] == {"name": ModelConfig.name, "hidden": 64, "layers": 3}
+    assert jobs[0]["strategy"] == {"name": StrategyConfig.name, "blocks": 2}
+    assert jobs[0]["task"] == {} and jobs[0]["train"] == {"epochs": TrainConfig.epochs, "threads": 1}
 
 
 def test_without_a_job_the_sweep_writes_the_jobs_it_wrote_before(monkeypatch, tmp_path):
