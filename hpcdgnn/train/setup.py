@@ -177,6 +177,8 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
                           "use mpi or gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        # the peak summary.json reports is this attempt's: not an earlier run's in this process (a notebook, tests)
+        torch.cuda.reset_peak_memory_stats(device)
     return device
 
 

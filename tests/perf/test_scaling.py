@@ -178,7 +178,8 @@ def test_speedup_is_of_the_training_time_with_the_evaluation_beside_it(tmp_path,
 def test_summary_s_gpu_peak_is_the_whole_run_s(monkeypatch):
     """Each epoch's begin resets the CUDA peak (each record's gpu_peak_bytes is its epoch's), and summary.json read
     the peak after the last epoch: 200 bytes where epoch 1 reached 500. The summary now has the run's maximum, and
-    a new run's recorder starts its own."""
+    a new run in the same process starts its own when its device is chosen (the allocator's peak counter held the
+    earlier run's last epoch, folded into the new run's first)."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -198,7 +199,14 @@ def test_summary_s_gpu_peak_is_the_whole_run_s(monkeypatch):
     device = torch.device("cuda", 0)
     run = SimpleNamespace(device=device, strategy=strategy, setup_transfer=0, pretrain_bytes_sent=0)
 
+    from hpcdgnn.train import setup
+
+    monkeypatch.setattr(setup, "select_device", lambda name, comm: device)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    job = SimpleNamespace(comm=SimpleNamespace(backend="mpi"), train=SimpleNamespace(device="cuda"))
+
     def peaks(per_epoch):
+        assert setup._device(job, "job.yaml", comm) == device
         recorder = EpochRecorder(comm, strategy, task, device, warmup_epochs=1, resumed_at=None)
         for peak in per_epoch:
             recorder.begin()
@@ -206,7 +214,9 @@ def test_summary_s_gpu_peak_is_the_whole_run_s(monkeypatch):
         return summary._memory(comm, run, 0.0)[0, 4]
 
     assert peaks([500.0, 200.0]) == 500.0
-    assert peaks([100.0, 300.0]) == 300.0  # not the earlier run's 500
+    assert peaks([100.0, 300.0]) == 300.0
+    assert peaks([100.0, 500.0]) == 500.0
+    assert peaks([100.0, 100.0]) == 100.0  # not the earlier run's 500
 
 
 def test_one_run_s_spread_is_reported_and_a_slow_steady_epoch_warned_of(tmp_path, capsys):
