@@ -261,7 +261,26 @@ def _given_once(overrides: list[str]) -> None:
                 raise ConfigError(f"--set {before}: given twice ({was[:60]}, then {given[:60]}); give each key once"
                                   + ("" if before == key else " (a section given whole first, then keys in it, "
                                      "takes those keys on top of it)"))
+            if key.startswith(before + "."):
+                _on_top_of(before, was, key, given)
         seen.append((key, given))
+
+
+def _on_top_of(section: str, was: str, key: str, given: str) -> None:
+    """Refuse ``key`` after its ``section`` given whole where that gave no mapping (the key then has nowhere to go;
+    not the job file's fault) or gave the key itself (given twice)."""
+    try:
+        node = yaml.safe_load(was.partition("=")[2])
+    except yaml.YAMLError:
+        return  # apply_overrides names the section's bad YAML
+    if not isinstance(node, dict):
+        raise ConfigError(f"--set {section}: expected a mapping (a section, as {key} after it reads), got "
+                          f"{type(node).__name__}")
+    for part in key[len(section) + 1:].split("."):
+        if not isinstance(node, dict) or part not in node:
+            return
+        node = node[part]
+    raise ConfigError(f"--set {key}: given twice ({was[:60]}, then {given[:60]}); give each key once")
 
 
 def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:

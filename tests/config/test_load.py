@@ -455,8 +455,8 @@ _ONCE = "; give each key once"
 @pytest.mark.parametrize(("overrides", "said"), [
     (["train.epochs=2", "train.epochs=5"],
      "--set train.epochs: given twice (train.epochs=2, then train.epochs=5)" + _ONCE),
-    (["train={epochs: 2}", "train.epochs=5", "train = {lr: 0.1}"],
-     "--set train: given twice (train={epochs: 2}, then train={lr: 0.1})" + _ONCE),
+    (["train={lr: 0.2}", "train.epochs=5", "train = {lr: 0.1}"],
+     "--set train: given twice (train={lr: 0.2}, then train={lr: 0.1})" + _ONCE),
     (["train.epochs=5", "train = {lr: 0.1}"],
      "--set train.epochs: given twice (train.epochs=5, then train={lr: 0.1})" + _ONCE
      + " (a section given whole first, then keys in it, takes those keys on top of it)"),
@@ -476,13 +476,26 @@ def test_a_key_after_its_section_is_taken_on_top_of_it(tmp_path, small_dataset):
     an error in the key names the key, not the section before it."""
     default_seed = load_job(_job(tmp_path, small_dataset, "")).train.seed
     job = load_job(_job(tmp_path, small_dataset, f"train: {{lr: 0.5, seed: {default_seed + 1}}}\n"),
-                   ["train={epochs: 2, lr: 0.1}", "train.epochs=5", "strategy={name: hybrid}", "strategy.groups=2"])
+                   ["train={lr: 0.1}", "train.epochs=5", "strategy={name: hybrid}", "strategy.groups=2"])
     # the section given whole replaces the file's (its seed), the key after it refines it
     assert (job.train.epochs, job.train.lr, job.train.seed) == (5, 0.1, default_seed)
     assert (job.strategy.name, job.strategy.groups) == ("hybrid", 2)
     with pytest.raises(ConfigError, match=r"^--set train\.epochs: "):
-        load_job(_job(tmp_path, small_dataset, ""), ["train={epochs: 2}", "train.epochs=-1"])
-    assert override_of("train.epochs", ["train={epochs: 2}", "train.epochs=5"]) == "train.epochs"
+        load_job(_job(tmp_path, small_dataset, ""), ["train={lr: 0.1}", "train.epochs=-1"])
+    assert override_of("train.epochs", ["train={lr: 0.1}", "train.epochs=5"]) == "train.epochs"
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["strategy={name: hybrid, groups: 3}", "strategy.groups=2"],
+     "--set strategy.groups: given twice (strategy={name: hybrid, groups: 3}, then strategy.groups=2)"),
+    (["strategy=hybrid", "strategy.groups=2"],
+     "--set strategy: expected a mapping (a section, as strategy.groups after it reads), got str")])
+def test_a_key_after_a_section_that_gave_it_or_gave_no_mapping_is_refused(tmp_path, small_dataset, overrides, said):
+    """A key on top of a section that gave the same key is given twice (the later silently won); a key after a
+    section that is no mapping was blamed on the job file ("'strategy' is not a section (in job.yaml)")."""
+    with pytest.raises(ConfigError) as e:
+        load_job(_job(tmp_path, small_dataset, ""), overrides)
+    assert str(e.value).startswith(said), str(e.value)
 
 
 def test_a_missing_dataset_says_where_it_was_looked_for_and_how_to_prepare_it(tmp_path, monkeypatch):
