@@ -1039,12 +1039,13 @@ def _report_dir(out: Path) -> Path:
     return dest
 
 
-def run_ceiling(args: argparse.Namespace, runs: list[Path], dest: Path) -> tuple[dict[int, float], list[str]]:
+def run_ceiling(args: argparse.Namespace, runs: list[dict], dest: Path) -> tuple[dict[int, float], list[str]]:
     """The node's ceiling speed-up per P > 1 (module docstring): P copies of the P = 1 baseline run's job at
     once, each launched as that run was; writes ``dest/ceiling.csv`` and returns ``{P: ceiling}`` and a line per
-    P whose copies failed (the others are still measured)."""
+    P whose copies failed (the others are still measured). ``runs``: the sweep's runs as :func:`read_run` read
+    them (once: it warns of a run's spread)."""
     out = Path(args.out)
-    ones = [r for r in map(read_run, runs) if r["P"] == 1]
+    ones = [r for r in runs if r["P"] == 1]
     if not ones:
         return {}, ["ceiling: no P = 1 run finished, so there is no one-rank job to copy"]
     alone = min(ones, key=lambda r: r["train_s"])  # as the speed-ups: training time
@@ -1169,11 +1170,11 @@ def main(argv: list[str] | None = None) -> None:
         run_dirs, failures = run_sweep(args)
         if run_dirs:  # what finished is reported even when other runs failed
             dest = _report_dir(out)
-            ceilings = None
+            ceilings, rows = None, [read_run(d) for d in run_dirs]
             if ceiling:
-                ceilings, failed = run_ceiling(args, run_dirs, dest)
+                ceilings, failed = run_ceiling(args, rows, dest)
                 failures += failed
-            report(add_scaling([read_run(d) for d in run_dirs], args.mode), dest, args.mode, ceilings)
+            report(add_scaling(rows, args.mode), dest, args.mode, ceilings)
         if failures:
             for f in failures:
                 print(f"failed: {f}", file=sys.stderr)
