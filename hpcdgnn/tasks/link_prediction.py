@@ -289,7 +289,8 @@ class LinkPredictionOptions(TaskConfig):
     name: str = "link_prediction"
     """The task these options belong to."""
     negatives: int = 1
-    """Negative pairs per positive edge, drawn from the seed."""
+    """Negative pairs per positive edge: (u, v) each uniform over all N vertices, with replacement, unfiltered,
+    keyed by (train.seed, epoch, t): the same at any P."""
     decoder_hidden: int = 16
     """Hidden width of the edge decoder MLP on [z_u, z_v]."""
 

@@ -40,7 +40,8 @@ class TemporalLinkPredictionOptions(TaskConfig):
     """Not an option here: the stream's split is the dataset's, cut by ``prepare --kind events --split``. A job
     that gives one (any value, the snapshot tasks' default too) is refused; null: none given."""
     negatives: int = 1
-    """Negative destinations per training event, drawn from the seed."""
+    """Negative destinations per training event: uniform over the stream's candidate destinations, with
+    replacement, keyed by train.seed."""
     batch_events: int = 600
     """Events per global mini-batch, in time order (TGL's and DistTGL's 600)."""
     eval_negatives: int = 49
