@@ -230,6 +230,47 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
 #: this process's hidden dataset directories not yet moved into place (:func:`prepare_output_dir`)
 _TEMPORARIES: set[Path] = set()
 
+#: how often a process dates its hidden dataset directories afresh (:func:`_keep_fresh`): well within
+#: :data:`_UNCHANGED_S`, so that a running prepare's never looks unchanged that long to another prepare, even
+#: one on another client of a file server that caches attributes for a minute
+_FRESH_S = 30.0
+#: guards the start and the end of the thread that dates them (:func:`_freshen`)
+_FRESH_LOCK = threading.Lock()
+#: set to have that thread date them at once (a directory added; a test's shorter :data:`_FRESH_S`)
+_FRESH_WAKE = threading.Event()
+#: that thread, while it runs
+_FRESHENER: list[threading.Thread] = []
+
+
+def _keep_fresh(tmp: Path) -> None:
+    """List ``tmp`` among this process's hidden dataset directories (:data:`_TEMPORARIES`) and date it afresh every
+    :data:`_FRESH_S` until it leaves the list: another prepare to the same output takes one unchanged for
+    :data:`_UNCHANGED_S` for a killed prepare's (:func:`_writer_gone`), and a running prepare may write nothing for
+    longer (one large snapshot, the sync before the rename). A thread, not the writing loop: it dates the directory
+    whatever the process is doing, and dies with it."""
+    with _FRESH_LOCK:
+        _TEMPORARIES.add(tmp)
+        _FRESH_WAKE.set()
+        if not (_FRESHENER and _FRESHENER[0].is_alive()):
+            _FRESHENER[:] = [threading.Thread(target=_freshen, name="hpcdgnn-fresh", daemon=True)]
+            _FRESHENER[0].start()
+
+
+def _freshen() -> None:
+    """:func:`_keep_fresh`'s thread: set the modification time of each listed directory to now (the file system's
+    clock, as :func:`_writer_gone` reads it) every :data:`_FRESH_S`; ends once the list is empty."""
+    while True:
+        _FRESH_WAKE.wait(_FRESH_S)
+        _FRESH_WAKE.clear()
+        with _FRESH_LOCK:
+            held = list(_TEMPORARIES)
+            if not held:
+                _FRESHENER.clear()
+                return
+        for tmp in held:
+            with suppress(OSError):  # moved into place or removed meanwhile
+                os.utime(tmp)
+
 
 def remove_temporary(tmp: Path) -> None:
     """Remove a hidden dataset directory of :func:`prepare_output_dir` that will not be moved into place."""
@@ -253,10 +294,25 @@ def removed_on_error() -> Iterator[None]:
     before = set(_TEMPORARIES)
     try:
         yield
-    except BaseException:
+    except BaseException as e:
         for tmp in _TEMPORARIES - before:
+            vanished = isinstance(e, Exception) and not os.path.isdir(tmp)
             remove_temporary(tmp)
+            if vanished:
+                raise _vanished(tmp) from None
         raise
+
+
+def _vanished(tmp: Path) -> DataError:
+    """The one line for a hidden dataset directory removed by someone else while this process wrote it (any step
+    then fails, as h5py's ``FileNotFoundError`` or a failed sync or rename): another prepare to the same output
+    that took it for a killed prepare's, or a user.
+
+    Args:
+        tmp: the hidden directory (:func:`prepare_output_dir`'s).
+    """
+    return DataError(f"{tmp}: removed while this prepare wrote it (by another prepare to the same output, or by "
+                     "hand?); nothing was kept, and an earlier dataset there is untouched")
 
 
 #: where :func:`replace_dir` puts a stop signal that came once the dataset was whole at its output, with that
@@ -332,7 +388,7 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
         with stops_held():
             # mkdtemp, not the pid: two nodes on a shared file system may share a pid
             tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-            _TEMPORARIES.add(tmp)
+            _keep_fresh(tmp)
             umask_mode(tmp)  # not mkdtemp's 0700: the dataset is the user's group's to read
         _record_writer(tmp)
         (tmp / "shards").mkdir()
@@ -347,11 +403,11 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
 
 #: the file in a dataset being written (:func:`prepare_output_dir`) that names its writer, gone before the rename
 _WRITER = ".writer.json"
-#: how long a hidden directory must have sat unchanged without its writer's record before a prepare takes its writer
-#: for gone (:func:`_writer_gone`): a prepare holds one so only between two system calls (made, not yet recorded;
-#: its record removed for the rename), so one unchanged for minutes is a killed prepare's, even where a stalled
-#: file server held those calls up
-_UNRECORDED_S = 300.0
+#: how long a hidden directory must have sat unchanged before a prepare takes its writer for gone where the record
+#: alone cannot tell (:func:`_writer_gone`): a running prepare dates its directory afresh every :data:`_FRESH_S`
+#: whatever it is doing, so one unchanged for minutes is a killed prepare's, even where a stalled file server held
+#: the writer's calls up
+_UNCHANGED_S = 300.0
 
 
 def _record_writer(tmp: Path) -> None:
@@ -378,8 +434,9 @@ def _started(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-#: host names that many machines answer to: a record naming one tells no host from another
-_SHARED_HOST_NAMES = frozenset({"", "localhost", "localhost.localdomain"})
+#: host names that many machines answer to (``(none)``: the kernel's, where none was set): a record naming one tells
+#: no host from another
+_SHARED_HOST_NAMES = frozenset({"", "localhost", "localhost.localdomain", "(none)"})
 
 
 def _this_writer() -> str | None:
@@ -401,21 +458,23 @@ def _this_writer() -> str | None:
 def _writer_gone(tmp: Path, now: float | None) -> bool:
     """Whether the prepare that wrote the hidden directory ``tmp`` is known to have ended.
 
-    With its :data:`_WRITER` record: the record names this host and another boot (a node's crash and reboot ended
-    every process of the earlier one), or this host's boot and pid namespace and no process of that pid and start
-    time runs. False wherever that cannot be told: a record this process cannot read or parse, one naming no
-    host or a name many share (``boot_id`` alone cannot tell this host's earlier boot from another host's), another
-    host's or container's writer (a shared file system: its pids are not ours to look up).
+    With its :data:`_WRITER` record: the record names this host's boot and pid namespace and no process of that pid
+    and start time runs; or it names this host and another boot (a node's crash and reboot ended every process of
+    the earlier one) and ``tmp`` has sat unchanged :data:`_UNCHANGED_S` (:func:`_last_change`): a host name is no
+    proof, as a running prepare on another machine of the same name (replicas of one image, cloned VMs on one file
+    system) reads the same, but it dates its directory afresh (:func:`_keep_fresh`). False wherever that cannot be
+    told: a record this process cannot read or parse, one naming no host or a name many share, another host's or
+    container's writer (a shared file system: its pids are not ours to look up).
 
     Without one (none, or empty): only in the two states a prepare passes through without it, and once ``tmp`` has
-    sat unchanged :data:`_UNRECORDED_S`: holding nothing (made, its record not yet written) or a manifest (its
-    record removed for the rename). Anything else without a record (a directory an older version made, a user's)
-    stays.
+    sat unchanged :data:`_UNCHANGED_S`: holding nothing (made, its record not yet written) or a manifest (its
+    record removed for the rename, or never written where ``/proc`` could not name the writer: its whole sync).
+    Anything else without a record (a directory an older version made, a user's) stays.
 
     Args:
         tmp: a hidden directory beside the output.
         now: the time on ``tmp``'s file system (a directory just made there), to date ``tmp`` by; None judges by
-            the record alone.
+            the record alone (an earlier boot's record then stays too).
     """
     try:
         text = (tmp / _WRITER).read_text()
@@ -428,7 +487,8 @@ def _writer_gone(tmp: Path, now: float | None) -> bool:
             return False
         names = {p.name for p in tmp.iterdir()}
         passing = names <= {_WRITER} or ("manifest.json" in names and _WRITER not in names)
-        return passing and tmp.stat().st_mtime < now - _UNRECORDED_S
+        # nothing is written in either state: the directory's date, which a running prepare refreshes, tells
+        return passing and tmp.stat().st_mtime < now - _UNCHANGED_S
     try:
         record = json.loads(text)
         mine = json.loads(_this_writer() or "null")
@@ -438,9 +498,23 @@ def _writer_gone(tmp: Path, now: float | None) -> bool:
         return False
     this_host = record.get("host") == mine["host"] and mine["host"] not in _SHARED_HOST_NAMES
     if this_host and isinstance(record.get("boot"), str) and record["boot"] != mine["boot"]:
-        return True
+        return now is not None and _last_change(tmp) < now - _UNCHANGED_S
     same_host = (record.get("boot"), record.get("pid_ns")) == (mine["boot"], mine["pid_ns"])
     return same_host and isinstance(record.get("pid"), int) and _started(record["pid"]) != record.get("started")
+
+
+def _last_change(tmp: Path) -> float:
+    """The latest modification time of the hidden directory ``tmp``, its ``shards/`` and the files in either: what
+    a running prepare changes (a shard as it writes it, the directory as :func:`_keep_fresh` dates it).
+
+    Raises:
+        OSError: ``tmp`` cannot be read.
+    """
+    times = [tmp.stat().st_mtime]
+    for directory in (tmp, tmp / "shards"):
+        with suppress(FileNotFoundError, NotADirectoryError):
+            times.extend(entry.stat(follow_symlinks=False).st_mtime for entry in os.scandir(directory))
+    return max(times)
 
 
 def _named_beside(root: Path, prefix: str, tail: re.Pattern) -> list[os.DirEntry]:
