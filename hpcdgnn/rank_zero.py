@@ -132,13 +132,16 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
     other keys (earlier calls rank 0 made alone) are skipped, and named if rank 0 never starts this one.
 
     A stop signal while waiting (mpirun, srun and hpcdgnn-mpirun's relay signal every rank) is held up to
-    :data:`~hpcdgnn.comm.world.STOP_GRACE_S` for rank 0's word, which decides this rank's outcome as it decides the
-    job's: rank 0 done (a ``prepare`` whose signal came once its dataset was in place ends as done) is this rank
-    done, where its own signal's status would have been the job's and a job script would requeue a prepare that
-    then refuses the existing output; rank 0 stopped is this rank stopped by rank 0's signal. Leaving at once would
-    also have the launcher end rank 0 while it removes what it was writing. Without a word by then (rank 0 not
-    signalled, or stuck), this rank's own signal goes to its handler (where that lets it go on, it waits on); a
-    rank 0 that died ends the job by the launcher's abort.
+    :data:`~hpcdgnn.comm.world.STOP_GRACE_S` for rank 0's word: leaving at once would have the launcher end rank 0
+    while it removes what it was writing. On the command line (``prepare`` and ``generate``,
+    :func:`~hpcdgnn.data.writer.stops_after_written`) the word decides this rank's outcome as it decides the job's
+    and the signal is dropped: rank 0 done (its signal came once its dataset was in place: it ends as done) is this
+    rank done, where its own signal's status would have been the job's and a job script would requeue a prepare that
+    then refuses the existing output; rank 0 stopped is this rank stopped by rank 0's signal. From the Python API
+    (``from_*``, ``export``) the signal then goes to this rank's handler, as it goes to rank 0's: dropped, a script
+    whose handler sets a flag would stop on rank 0 alone and hang at its next collective. Without a word by then
+    (rank 0 not signalled, or stuck), this rank's own signal goes to its handler (where that lets it go on, it
+    waits on); a rank 0 that died ends the job by the launcher's abort.
 
     Raises:
         HpcdgnnError: rank 0's error; :class:`~hpcdgnn.errors.DataError` where rank 0 did not start within the
@@ -147,17 +150,19 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
             rank 0's; a command line leaves the line to rank 0).
     """
     from hpcdgnn.comm.world import STOP_GRACE_S, start_timeout
-    from hpcdgnn.data.writer import stops_held
+    from hpcdgnn.data.writer import stops_end_as_done, stops_held
 
     timeout = start_timeout()
     wait = _Wait(timeout, time.monotonic() + timeout)
+    decides = stops_end_as_done()  # rank 0's outcome is this rank's, not its own signal
     with stops_held() as came:
         try:
             word = _word_of_rank_0(world, tag, key, words, wait, lambda: bool(came), STOP_GRACE_S)
         except BaseException:
-            came.clear()  # rank 0's outcome, not this rank's signal
+            if decides:
+                came.clear()
             raise
-        if word is not _UNHEARD:
+        if word is not _UNHEARD and decides:
             came.clear()
     if word is _UNHEARD:  # this rank's signal, delivered on leaving the block, did not stop it
         word = _word_of_rank_0(world, tag, key, words, wait, lambda: False, STOP_GRACE_S)

@@ -67,6 +67,7 @@ __all__ = [
     "EVAL_NEGATIVES_FILE",
     "removed_on_error",
     "stops_after_written",
+    "stops_end_as_done",
     "stops_held",
 ]
 
@@ -337,6 +338,12 @@ def stops_after_written() -> Iterator[list[tuple[int, Path]]]:
         yield late
     finally:
         _LATE_TO.reset(token)
+
+
+def stops_end_as_done() -> bool:
+    """Whether the caller runs within :func:`stops_after_written` (the command line, whose outcome is its work's and
+    which says a late signal came) rather than from the Python API, whose handler gets every signal."""
+    return _LATE_TO.get() is not None
 
 
 @contextmanager

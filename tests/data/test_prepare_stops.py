@@ -187,10 +187,35 @@ def test_a_stopped_rank_waits_a_grace_for_rank_0(monkeypatch, word, outcome):
     t0 = time.monotonic()
     try:
         try:
-            got = await_rank_0(_QuietRank0("out", word, 0.2), 7, "out", words, lambda made: f"done: {made}")
+            with writer.stops_after_written():  # the command line's
+                got = await_rank_0(_QuietRank0("out", word, 0.2), 7, "out", words, lambda made: f"done: {made}")
         except Stopped as e:
             got = e.signum
     finally:
         signal.signal(signal.SIGTERM, previous)
         forget_stop()
     assert got == outcome and time.monotonic() - t0 >= (0.5 if word is None else 0.2)
+
+
+@pytest.mark.parametrize(("word", "outcome"), [("fingerprint", "done: fingerprint"), (("stopped", 2), "stopped 2")])
+def test_a_python_script_s_handler_runs_on_a_waiting_rank(monkeypatch, word, outcome):
+    """A script under mpirun (``from_arrays`` on every rank) whose SIGTERM handler sets a flag: on a rank waiting for
+    rank 0, the signal was dropped once rank 0's word came within the grace, so the flag was set on rank 0 alone
+    and the ranks parted at the script's next collective. Now the handler runs after rank 0's word, as on rank 0;
+    the word still decides what the call returns or raises."""
+    import hpcdgnn.comm.world as world
+    from hpcdgnn.preemption import Stopped
+    from hpcdgnn.rank_zero import Words, await_rank_0
+
+    monkeypatch.setattr(world, "STOP_GRACE_S", 0.5)
+    words = Words("from_arrays", "writing", "wrote", "output", "rank 0 writes the dataset")
+    flags: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: flags.append(signum))
+    try:
+        try:
+            got = await_rank_0(_QuietRank0("out", word, 0.2), 7, "out", words, lambda made: f"done: {made}")
+        except Stopped as e:
+            got = f"stopped {e.signum}"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (got, flags) == (outcome, [signal.SIGTERM])
