@@ -542,11 +542,12 @@ def _named_beside(root: Path, prefix: str, tail: re.Pattern) -> list[os.DirEntry
 
 def _remove_killed(root: Path, now: float | None) -> None:
     """Remove the hidden directories ``.NAME.tmp-XXXXXXXX`` beside ``root`` that a prepare to ``root`` killed by
-    SIGKILL (a job's time limit, the OOM killer) on this host left, wherever it was killed: nothing removes them
-    otherwise, and each may hold a dataset's worth of shards. Only one this user owns, of mkdtemp's exact name,
-    holding nothing but a dataset's files (and the manifest's temporary), whose writer is known to be gone
-    (:func:`_writer_gone`): a prepare writing one now, on this host or another, and a user's directory so named
-    stay. Best effort: one that cannot be removed is left.
+    SIGKILL (a job's time limit, the OOM killer) left, wherever it was killed: nothing removes them otherwise, and
+    each may hold a dataset's worth of shards. Only one this user owns, of mkdtemp's exact name, holding nothing but
+    a dataset's files (and the manifest's temporary), whose writer is known to be gone (:func:`_writer_gone`: a
+    record naming this host, or none, whichever host wrote it): a prepare writing one now, on this host or another,
+    one whose record names another host, and a user's directory so named stay. Best effort: one that cannot be
+    removed is left.
 
     Args:
         root: the output about to be written.
