@@ -901,8 +901,9 @@ def _main(argv: list[str] | None) -> int:
             remove_unfinished_datasets()
             # a stop held while the dataset was renamed into place, delivered as the rename failed: the stop decides
             # the status, and the rename's line (where the earlier dataset is) completes this one
-            if isinstance(e.__context__, HpcdgnnError):
-                kept = f"; {e.__context__}"
+            failure = getattr(e, "failure", None)
+            if failure is not None:
+                kept = f"; {failure}"
         if _speaks_for_job():
             print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return _stop_status(n)

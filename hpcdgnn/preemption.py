@@ -50,6 +50,10 @@ class Stopped(KeyboardInterrupt):
     ``except BaseException``). Under mpirun also a rank's when rank 0's work for the job stopped so
     (:mod:`hpcdgnn.rank_zero`)."""
 
+    #: the error of the step this stop was held back for, where that step failed (the dataset's rename into place,
+    #: :func:`hpcdgnn.data.writer.replace_dir`): the stop decides the exit, and its line names that error
+    failure: BaseException | None = None
+
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum

@@ -47,7 +47,7 @@ from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, Manifest, Sha
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
 from hpcdgnn.indices import index_dtype as index_dtype_for
-from hpcdgnn.preemption import STOP_SIGNALS
+from hpcdgnn.preemption import STOP_SIGNALS, Stopped
 from hpcdgnn.progress import Progress
 
 __all__ = [
@@ -696,7 +696,8 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
     the earlier one is whole at its hidden name; the next prepare to ``root`` removes that once its own is in place
     (:func:`_remove_asides`). A failed rename puts the earlier one back. A stop signal waits for the renames and the
     removal, then is delivered: where the rename failed, it decides the exit (the job was stopped; the rename's
-    line, which may say where the earlier dataset is, stays the exception's context); where the dataset is in
+    line, which may say where the earlier dataset is, is its :attr:`~hpcdgnn.preemption.Stopped.failure`); where
+    the dataset is in
     place, a Python caller's handler answers it, and within :func:`stops_after_written` it is recorded instead
     (nothing is left to stop: the command ends as done, saying so).
     Without ``force`` a non-empty ``root`` is another prepare's finished output, not ours to delete.
@@ -717,19 +718,30 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         (tmp / _WRITER).unlink(missing_ok=True)
         sync_directory(tmp)
     late = _LATE_TO.get()
-    with stops_held(deliver=late is None) as came:
-        aside = _set_aside(root) if force and root.is_dir() else None
-        try:
-            if aside is None and root.is_dir():
-                root.rmdir()
-            tmp.rename(root)
-        except OSError as e:
-            raise _not_moved(root, e, aside) from None
-        _TEMPORARIES.discard(tmp)
-        # the dataset is whole at root: unwinding here would leave an earlier dataset set aside, so a stop waits
-        # for its removal too
-        sync_directory(root.parent)
-        _remove_asides(root)
+    failed: list[DataError] = []  # the renames' line, which a stop delivered after them completes
+    try:
+        with stops_held(deliver=late is None) as came:
+            aside = None
+            try:
+                aside = _set_aside(root) if force and root.is_dir() else None
+                if aside is None and root.is_dir():
+                    root.rmdir()
+                tmp.rename(root)
+            except OSError as e:
+                failed.append(_not_moved(root, e, aside))
+                raise failed[0] from None
+            except DataError as e:  # _set_aside's
+                failed.append(e)
+                raise
+            _TEMPORARIES.discard(tmp)
+            # the dataset is whole at root: unwinding here would leave an earlier dataset set aside, so a stop waits
+            # for its removal too
+            sync_directory(root.parent)
+            _remove_asides(root)
+    except Stopped as stop:
+        if failed:
+            stop.failure = failed[0]
+        raise
     if came and late is not None:
         late.append((came[0], root))
 

@@ -579,3 +579,29 @@ def test_a_stop_while_generate_moves_its_dataset_in(tmp_path, monkeypatch, capsy
     assert capsys.readouterr().err.splitlines()[-1] == line
     assert load_manifest(root).num_snapshots == (3 if refused else 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
+
+
+def test_a_stop_while_an_unrelated_error_is_handled_names_no_failure(tmp_path, monkeypatch, capsys):
+    """SIGTERM to ``generate`` while its code handled an error of its own (here as the tree is synced): the stop line
+    appended any error the stop interrupted, as if the dataset's rename had failed with it. Only the rename's own
+    failure completes the line now."""
+    import hpcdgnn.data.writer as writer
+    from hpcdgnn.__main__ import main
+
+    sync_tree = writer._sync_tree
+
+    def signalled(tmp):
+        try:
+            raise DataError("a cache that was unreadable, and is rebuilt")
+        except DataError:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        sync_tree(tmp)
+
+    monkeypatch.setattr(writer, "_sync_tree", signalled)
+    root = tmp_path / "g"
+    assert main(["generate", "--output", str(root), "--vertices", "20", "--density", "2", "--seed", "1",
+                 "--snapshots", "2"]) == 143
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said == "hpcdgnn: generate: stopped by SIGTERM; nothing it was writing is left"
+    assert sorted(tmp_path.iterdir()) == []
