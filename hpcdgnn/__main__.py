@@ -640,13 +640,17 @@ def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work, writes: bool
         writes: the command writes files (export, report, profile); else it prints (inspect, plan, ...), which
             the lines of a rank that waited in vain for rank 0 say.
     """
+    from hpcdgnn.data.writer import stops_after_written
     from hpcdgnn.rank_zero import Words, on_rank_0
 
     key = f"{name} " + " ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items()) if k != "func")
     words = (Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files") if writes else
              Words(name, "running", "ran", "arguments", f"rank 0 prints {name}'s report"))
-    # rank 0's exit status told: a command may return 2 without raising
-    return on_rank_0(tag, key, work, words, lambda made: int(made or 0), made=lambda code: str(int(code)))
+    # the command line's outcome is rank 0's: a waiting rank's stop signal that rank 0's word answers within the
+    # grace ends as rank 0 did (its own signal would give the job 143 beside rank 0's 0), as under prepare
+    with stops_after_written():
+        # rank 0's exit status told: a command may return 2 without raising
+        return on_rank_0(tag, key, work, words, lambda made: int(made or 0), made=lambda code: str(int(code)))
 
 
 def _printed_once(name: str, run):

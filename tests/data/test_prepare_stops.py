@@ -219,3 +219,19 @@ def test_a_python_script_s_handler_runs_on_a_waiting_rank(monkeypatch, word, out
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert (got, flags) == (outcome, [signal.SIGTERM])
+
+
+def test_the_command_line_s_rank_0_commands_end_as_rank_0_did(monkeypatch):
+    """export, report, inspect, ... under mpirun (``__main__._on_rank_0``): a waiting rank's signal that rank 0's
+    word answers within the grace ends as rank 0 did, as under prepare; outside the command line's context (which
+    the Python API's handler needs) it would go to this rank's handler, exit 143 beside rank 0's 0."""
+    import argparse
+
+    import hpcdgnn.__main__ as cli
+    import hpcdgnn.rank_zero as rank_zero
+    from hpcdgnn.data.writer import stops_end_as_done
+
+    seen = []
+    monkeypatch.setattr(rank_zero, "on_rank_0", lambda *a, **k: seen.append(stops_end_as_done()) or 0)
+    assert cli._on_rank_0("export", 7, argparse.Namespace(run="r"), lambda: 0) == 0
+    assert seen == [True] and not stops_end_as_done()
