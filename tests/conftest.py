@@ -532,3 +532,59 @@ def json_records(stdout: str) -> list[dict]:
 def read_metrics(run_dir: Path) -> list[dict]:
     """The per-epoch records of a run."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+class SharedRuns:
+    """Training runs that several tests of a module read (an uninterrupted run the resumes are compared with, say),
+    each run once per module: the first one asked for at a P runs with every other planned at that P in one launch
+    (:meth:`Launcher.run_many`: the ranks import torch once, not once per test); one not planned runs in a launch
+    of its own. Runs compared with these (a resume) still run in launches of their own.
+
+    A run is known by P, its job file's settings less ``output.dir`` (the tests write their jobs in their own
+    directories) and its ``--set`` items; the tests only read what it wrote.
+
+    Args:
+        request: the module fixture's request, for the data fixtures the plan names.
+        launcher: the session's :class:`Launcher`.
+        root: where the planned jobs and all the runs are written.
+        plan: the runs to launch together, as (the name of the test that reads it, P, the name of the data's
+            fixture, ``build(data, directory)`` -> (the job file it wrote in that directory, its ``--set`` items));
+            those of tests this session did not select (``-k``, ``--quick``) are left out.
+    """
+
+    def __init__(self, request, launcher: Launcher, root: Path, plan) -> None:
+        selected = {item.originalname for item in request.session.items if getattr(item, "module", None)
+                    is request.module}
+        self.request, self.launcher, self.root = request, launcher, root
+        self.plan = [(P, data, build) for test, P, data, build in plan if test in selected]
+        self.runs: dict[tuple, tuple[Path, subprocess.CompletedProcess]] = {}
+        self.launched: set[int] = set()
+
+    @staticmethod
+    def key(P: int, job, overrides) -> tuple:
+        """What tells two runs apart: P, the job's settings but its output directory, the ``--set`` items."""
+        import yaml
+
+        settings = yaml.safe_load(Path(job).read_text())
+        settings.get("output", {}).pop("dir", None)
+        return P, json.dumps(settings, sort_keys=True), tuple(map(str, overrides))
+
+    def __call__(self, P: int, job, *overrides: str) -> Path:
+        """The directory of the completed run of ``job`` with ``overrides`` at ``P``."""
+        key = self.key(P, job, overrides)
+        if key not in self.runs:
+            todo = {key: (job, overrides)}
+            if P not in self.launched:
+                self.launched.add(P)
+                for i, (p, data, build) in enumerate(self.plan):
+                    if p == P:
+                        (self.root / f"job-{i}").mkdir()
+                        planned, over = build(self.request.getfixturevalue(data), self.root / f"job-{i}")
+                        todo.setdefault(self.key(P, planned, over), (planned, over))
+            outs = [self.root / f"run-{len(self.runs) + n}" for n in range(len(todo))]
+            procs = self.launcher.run_many(P, [["run", str(j), "--output", str(out), *(["--set", *o] if o else [])]
+                                               for (j, o), out in zip(todo.values(), outs, strict=True)])
+            self.runs.update(zip(todo, zip(outs, procs, strict=True), strict=True))
+        out, proc = self.runs[key]
+        assert proc.returncode == 0, f"P={P} {job} failed:\n{proc.stdout}\n{proc.stderr}"
+        return out
