@@ -27,7 +27,7 @@ from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.errors import EXIT_STALLED, ConfigError
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.strategies.hybrid import HybridStrategy
-from tests.conftest import read_metrics, write_job
+from tests.conftest import SharedRuns, read_metrics, write_job
 from tests.strategies.test_sequences import exits_2_with_one_line
 from tests.strategies.test_sequences_cells import (
     signal_dataset,
@@ -73,6 +73,48 @@ def _job(tmp_path, data, model: str = "tgcn_cell", task: str = "regression"):
                      task={"name": task, **({"horizon": 1} if task == "regression" else {})})
 
 
+def _bound_job(tmp_path, data, model: str):
+    """3 epochs, checkpointed every epoch: test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit."""
+    return write_job(tmp_path / "job.yaml", data, model={"name": model, "hidden": 4},
+                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint={"every": 1, "keep": 3})
+
+
+#: the runs at P = 3 that the tests compare or read (no test's claim is about their processes), in one launch
+#: (:class:`~tests.conftest.SharedRuns`); those compared for repeating across processes, or expected to fail, run
+#: in launches of their own
+SHARED = [
+    ("test_one_full_batch_reproduces_snapshot_at_p1_and_p3", 3, "dense", lambda d, tmp: (_job(tmp, d), ANCHOR)),
+    *[("test_one_full_batch_reproduces_full_batch_models_at_p3", 3, "dense",
+       lambda d, tmp, m=m: (_job(tmp, d, m), ANCHOR)) for m in ("evolvegcn_o", "dcrnn")],
+    *[("test_random_batches_are_p_invariant_over_partial_closures", 3, "sparse",
+       lambda d, tmp, m=m, t=t: (_job(tmp, d, m, t), RANDOM))
+      for m, t in (("tgcn_cell", "regression"), ("dcrnn", "regression"), ("cdgcn", "link_prediction"),
+                   ("dysat", "regression"))],
+    *[("test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit", 3, "sparse",
+       lambda d, tmp, o=o: (_four_epochs(tmp, d), [*RESERVOIR, *o])) for o in ([], ["strategy.reservoir.threads=2"])],
+    *[("test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit", 3, "sparse",
+       lambda d, tmp, m=m, o=o: (_bound_job(tmp, d, m), overridden(RESERVOIR, *o)))
+      for m, more, max_mb in (("tgcn_cell", [], 0.003), ("gconv_lstm", ["strategy.vertex_fractions=[0.1,0.2]"], 0.0066))
+      for o in (more, [*more, f"strategy.reservoir.max_mb={max_mb}"])],
+    ("test_check_refuses_a_closure_over_max_cache_mb_as_the_run_does", 3, "sparse",
+     lambda d, tmp: (_job(tmp, d), ["strategy.name=hybrid", "strategy.vertex_fractions=[0.5]", "train.epochs=1"])),
+    *[("test_lhop_closure_reads_fewer_rows_and_departs_a_little", 3, "sparse",
+       lambda d, tmp, o=o: (_job(tmp, d, "dcrnn"), [*RANDOM, *o])) for o in ([], ["strategy.closure=lhop"])],
+]
+
+
+@pytest.fixture(scope="module")
+def shared(request, launcher, tmp_path_factory) -> SharedRuns:
+    """:data:`SHARED`'s runs."""
+    return SharedRuns(request, launcher, tmp_path_factory.mktemp("shared"), SHARED)
+
+
+def _read(shared, P: int, job, *overrides: str):
+    """(each epoch's [loss, gradient norm], the records) of ``shared``'s run of ``job`` at ``P``."""
+    recs = read_metrics(shared(P, job, *overrides))
+    return np.array([[r["loss"], r["grad_norm"]] for r in recs]), recs
+
+
 def test_loads_count_walks_of_alg1():
     # path 0 <- 1 <- 2 (row v aggregates its CSR columns): W_1 = A·1, W_2 = A·W_1
     path = (np.array([0, 1]), np.array([1, 2]))
@@ -105,31 +147,31 @@ def test_plan_deals_by_load_and_its_order_does_not_depend_on_p(sparse, tmp_path)
 
 
 @pytest.mark.quick(strategy="hybrid")
-def test_one_full_batch_reproduces_snapshot_at_p1_and_p3(launcher, dense, tmp_path):
+def test_one_full_batch_reproduces_snapshot_at_p1_and_p3(launcher, dense, shared, tmp_path):
     job = _job(tmp_path, dense)
     ref, _ = _losses(launcher, None, job, tmp_path / "snapshot")
     assert ref[0, 0] != ref[-1, 0]
     one, _ = _losses(launcher, None, job, tmp_path / "h1", *ANCHOR)
-    three, recs = _losses(launcher, 3, job, tmp_path / "h3", *ANCHOR)
+    three, recs = _read(shared, 3, job, *ANCHOR)
     np.testing.assert_allclose(one, ref, rtol=1e-9)
     np.testing.assert_allclose(three, ref, rtol=1e-9)
     assert recs[0]["hybrid"]["steps"] == 1 and recs[0]["hybrid"]["actions"] == {"1x1": 1}
 
 
 @pytest.mark.parametrize(("model", "reference"), [("evolvegcn_o", "snapshot"), ("dcrnn", "pss")])
-def test_one_full_batch_reproduces_full_batch_models_at_p3(launcher, dense, tmp_path, model, reference):
+def test_one_full_batch_reproduces_full_batch_models_at_p3(launcher, dense, shared, tmp_path, model, reference):
     job = _job(tmp_path, dense, model)
     ref, _ = _losses(launcher, None, job, tmp_path / reference, f"strategy.name={reference}")
-    got, _ = _losses(launcher, 3, job, tmp_path / "h3", *ANCHOR)
+    got, _ = _read(shared, 3, job, *ANCHOR)
     np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=model)
 
 
 @pytest.mark.parametrize(("model", "task"), [("tgcn_cell", "regression"), ("dcrnn", "regression"),
                                              ("cdgcn", "link_prediction"), ("dysat", "regression")])
-def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, tmp_path, model, task):
+def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, shared, tmp_path, model, task):
     job = _job(tmp_path, sparse, model, task)
     one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *RANDOM)
-    three, recs = _losses(launcher, 3, job, tmp_path / "p3", *RANDOM)
+    three, recs = _read(shared, 3, job, *RANDOM)
     np.testing.assert_allclose(three, one, rtol=1e-9)
     h = recs[0]["hybrid"]
     assert len(h["actions"]) > 1 and h["steps"] == sum(h["actions"].values())  # random: several actions ran
@@ -365,22 +407,22 @@ def test_a_run_in_this_process_leaves_no_generator_thread_behind(launcher, spars
     assert not [t.name for t in threading.enumerate() if t.name.startswith("hpcdgnn-reservoir")]
 
 
-def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launcher, sparse, tmp_path):
+def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launcher, sparse, shared, tmp_path):
     """H3 + H4: every rank runs the same DQN on all-reduced inputs (``reward_time: work``), and with
     ``threads: 0`` the stores fill alike on every rank, so P = 3 takes P = 1's actions and batches; a run resumed
     at epoch 2 continues as the straight one (network, replay, ε and RNG are in the checkpoint; the stores are
     rebuilt from their serials); generator threads train as well."""
     job = _four_epochs(tmp_path, sparse)
     one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *RESERVOIR)
-    (three, recs), (threaded, recs_t) = _losses_many(launcher, 3, [
-        (job, tmp_path / "p3", RESERVOIR), (job, tmp_path / "threads", (*RESERVOIR, "strategy.reservoir.threads=2"))])
+    three, recs = _read(shared, 3, job, *RESERVOIR)
+    threaded, recs_t = _read(shared, 3, job, *RESERVOIR, "strategy.reservoir.threads=2")
     np.testing.assert_allclose(three, one, rtol=1e-9)
     actions = [r["hybrid"]["actions"] for r in recs1]
     assert actions == [r["hybrid"]["actions"] for r in recs]
     assert len({a for epoch in actions for a in epoch}) > 1 and recs1[-1]["hybrid"]["epsilon"] < 1
     rsv = recs[-1]["hybrid"]["reservoir"]
     assert rsv["reused"] > 0 and rsv["bytes"] > 0 and 0 < rsv["p"] <= 1
-    part = Path(shutil.copytree(tmp_path / "p3", tmp_path / "part"))
+    part = Path(shutil.copytree(shared(3, job, *RESERVOIR), tmp_path / "part"))
     shutil.rmtree(part / "checkpoints" / "epoch-000004")
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
     assert proc.returncode == 0, proc.stderr
@@ -402,8 +444,8 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
 
 @pytest.mark.parametrize(("model", "max_mb", "more"), [("tgcn_cell", 0.003, []),
                                                       ("gconv_lstm", 0.0066, ["strategy.vertex_fractions=[0.1,0.2]"])])
-def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(launcher, sparse, tmp_path, model,
-                                                                             max_mb, more):
+def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(launcher, sparse, shared, tmp_path,
+                                                                             model, max_mb, more):
     """``max_mb`` caps a rank's bytes, which depend on the targets it owns: each rank stopped storing when its own
     bytes reached the cap, so at P = 3 one rank held 4 batches and the others 3 (``stored`` per rank), their p
     differed, and at one step a rank reused a stored batch while another trained a fresh one (their gradients
@@ -411,16 +453,15 @@ def test_ranks_agree_when_the_reservoirs_max_mb_binds_and_resume_bit_for_bit(lau
     resumed at epoch 1 continues as the straight one — with GConvLSTM too, whose stored batches hold their
     operators once trained: there the cap binds in epoch 2 on those bytes, which the batches rebuilt at the
     resume do not hold until they train (counted as built, the resumed stores grew one batch more)."""
-    job = write_job(tmp_path / "job.yaml", sparse, model={"name": model, "hidden": 4},
-                    task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint={"every": 1, "keep": 3})
+    job = _bound_job(tmp_path, sparse, model)
     # a stored batch here is ~1-2 KiB on a rank: the cap binds after a few, on one rank before the others
     bound = overridden(RESERVOIR, *more, f"strategy.reservoir.max_mb={max_mb}")
-    (free, recs_f), (_, recs) = _losses_many(launcher, 3, [(job, tmp_path / "free", overridden(RESERVOIR, *more)),
-                                                          (job, tmp_path / "bound", bound)])
+    free, recs_f = _read(shared, 3, job, *overridden(RESERVOIR, *more))
+    _, recs = _read(shared, 3, job, *bound)
     stored = [r["hybrid"]["reservoir"]["stored"] for r in recs]
     assert all(len(set(s)) == 1 for s in stored), stored
     assert stored[-1][0] < recs_f[-1]["hybrid"]["reservoir"]["stored"][0], (stored, recs_f[-1])  # it binds
-    part = Path(shutil.copytree(tmp_path / "bound", tmp_path / "part"))
+    part = Path(shutil.copytree(shared(3, job, *bound), tmp_path / "part"))
     for epoch in (2, 3):
         shutil.rmtree(part / "checkpoints" / f"epoch-{epoch:06d}")
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
@@ -458,12 +499,12 @@ def test_the_reservoirs_bytes_are_what_its_stores_hold_after_training(launcher, 
     assert [counted for counted, *_ in seen] == [held for _, held, _ in seen], seen
 
 
-def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, tmp_path):
+def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, shared, tmp_path):
     """``closure: lhop`` (the paper's L hops) runs DCRNN's cells on the subgraph those rows induce: fewer rows read
     than the exact receptive closure, and losses near, not equal to, the exact ones."""
     job = _job(tmp_path, sparse, "dcrnn")
-    (exact, recs), (near, recs_l) = _losses_many(launcher, 3, [
-        (job, tmp_path / "receptive", RANDOM), (job, tmp_path / "lhop", (*RANDOM, "strategy.closure=lhop"))])
+    exact, recs = _read(shared, 3, job, *RANDOM)
+    near, recs_l = _read(shared, 3, job, *RANDOM, "strategy.closure=lhop")
     assert recs_l[0]["hybrid"]["replication"] < recs[0]["hybrid"]["replication"]
     assert not np.allclose(near[:, 0], exact[:, 0], rtol=1e-9)
     np.testing.assert_allclose(near[:, 0], exact[:, 0], rtol=0.2)
@@ -490,7 +531,7 @@ def test_a_generator_threads_exception_is_raised_in_the_training_thread():
     assert threads and not any(t.is_alive() for t in threads)
 
 
-def test_check_refuses_a_closure_over_max_cache_mb_as_the_run_does(launcher, sparse, tmp_path):
+def test_check_refuses_a_closure_over_max_cache_mb_as_the_run_does(launcher, sparse, shared, tmp_path):
     """``strategy.max_cache_mb`` was tested only once the set-up had read each rank's closure: ``check`` said "a
     run would start" for a job the run then refused. It reads the closures as the set-up does: below the largest
     rank's closure both refuse, naming that rank and its MiB; above it both go on."""
@@ -500,16 +541,16 @@ def test_check_refuses_a_closure_over_max_cache_mb_as_the_run_does(launcher, spa
 
     job = _job(tmp_path, sparse)
     hybrid = ["strategy.name=hybrid", "strategy.vertex_fractions=[0.5]", "train.epochs=1"]
-    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "free"), "--set", *hybrid])
-    assert proc.returncode == 0, proc.stderr
-    held = read_metrics(tmp_path / "free")[-1]["hybrid"]["cache_bytes"]
+    held = read_metrics(shared(3, job, *hybrid))[-1]["hybrid"]["cache_bytes"]
     top = int(np.argmax(held))
     assert len(set(held)) > 1, held  # ranks' closures differ: the check must find the right one
-    for limit, refused in ((held[top] / 2**20 * 0.999, True), (held[top] / 2**20 * 1.001, False)):
+    limits = ((held[top] / 2**20 * 1.001, False), (held[top] / 2**20 * 0.999, True))
+    # both runs in one launch, the refused one last (every rank leaves its set-up with the one line and exit 2)
+    runs = launcher.run_many(3, [["run", str(job), "--output", str(tmp_path / f"r{refused}"), "--set", *hybrid,
+                                  f"strategy.max_cache_mb={limit}"] for limit, refused in limits])
+    for (limit, refused), run in zip(limits, runs, strict=True):
         sets = [*hybrid, f"strategy.max_cache_mb={limit}"]
         check = run_in_process(["check", str(job), "--ranks", "3", "--json", "--set", *sets], mpi_env(), tmp_path)
-        run = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / f"r{refused}"),
-                               "--set", *sets])
         if refused:
             said = f"strategy.max_cache_mb: rank {top}'s closure holds {held[top] / 2**20:.4g} MiB"
             assert check.returncode == 2 and said in check.stderr, check.stderr
