@@ -562,7 +562,8 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
 
     Raises:
         DataError: as :func:`from_arrays`, or the data lacks ``src``, ``dst`` or ``t``; a mapping with a key of
-            none of those (a misspelt ``"dest"`` would otherwise be dropped).
+            none of those (a misspelt ``"dest"`` would otherwise be dropped); an unknown option, naming the ones
+            this function takes (PyG's ``val_ratio``/``test_ratio``: ``split``).
     """
     where = "from_temporal_data"
     _output(output, where)
@@ -579,6 +580,7 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
     msg = getattr(data, "msg", None)
     if msg is not None and len(getattr(msg, "shape", ())) == 2 and msg.shape[1] == 0:  # a list has no shape
         msg = None  # a 1-D msg is one feature, as from_arrays takes 1-D edge_features
+    _known_options(where, options, _TEMPORAL_OPTIONS)
     if options.pop("kind", "events") != "events":  # from_arrays' own argument: passed on, it would be given twice
         raise DataError(f"{where}: kind: a TemporalData is an event stream, written as kind='events'; for snapshots "
                         "call from_arrays(data.src, data.dst, data.t, output, snapshots=...)")
@@ -601,6 +603,41 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
 
 #: a TemporalData's stored attributes: the keys a mapping given for one may have
 _TEMPORAL_KEYS = ("src", "dst", "t", "msg", "y")
+
+#: the keyword options :func:`from_temporal_data` takes (``bipartite`` is its own argument): an event stream's
+#: (``columns`` is a file's; ``kind``, taken as ``"events"`` alone, is no choice to offer)
+_TEMPORAL_OPTIONS = ("allow_large", "bipartite", "force", "num_vertices", "shard_events", "split", "time_unit")
+
+#: other libraries' names for the split's fractions (PyG's ``TemporalData.train_val_test_split``)
+_SPLIT_NAMES = ("train_ratio", "val_ratio", "test_ratio")
+
+
+def _known_options(where: str, options: dict[str, Any], takes: tuple[str, ...]) -> None:
+    """Refuse an option no kind of dataset has, offering only the options the adapter ``where`` takes (``prepare``'s
+    full list names snapshot options an event stream refuses); a snapshot option is left to the writer's check,
+    which says it applies to snapshots only.
+
+    Args:
+        where: the adapter, as messages name it.
+        options: its keyword options.
+        takes: the options it takes.
+
+    Raises:
+        DataError: naming the option; for PyG's ``val_ratio``/``test_ratio`` the ``split`` that gives them.
+    """
+    from hpcdgnn.data.prepare import PrepareOptions
+    from hpcdgnn.data.prepare.event_stream import EventOptions
+
+    known = {f.name for cls in (PrepareOptions, EventOptions) for f in dataclasses.fields(cls)} | {*takes, "kind"}
+    for name in options:
+        if name in _SPLIT_NAMES:
+            raise DataError(f"{where}: {name}: unknown option; the fractions are one argument, "
+                            "split=(train, val, test) in time order, e.g. split=(0.70, 0.15, 0.15) for PyG's "
+                            "val_ratio=0.15, test_ratio=0.15")
+        if name not in known:
+            from hpcdgnn.config.load import _did_you_mean
+
+            raise DataError(f"{where}: {name}: unknown option; {_did_you_mean(name, list(takes))}")
 
 
 def _temporal_mapping(data: Mapping, where: str) -> Any:

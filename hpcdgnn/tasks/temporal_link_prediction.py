@@ -34,11 +34,14 @@ class TemporalLinkPredictionOptions(TaskConfig):
 
     name: str = "temporal_link_prediction"
     """The task these options belong to."""
-    #: the split is the event dataset's (``prepare --kind events --split``); ``task.split`` is refused
+    #: the split is the event dataset's (``prepare --kind events --split``, ``from_temporal_data(..., split=)``);
+    #: ``task.split`` is refused
     fixed_by_data: ClassVar[tuple[str, ...]] = ("split",)
     split: tuple[float, float, float] | None = None
-    """Not an option here: the stream's split is the dataset's, cut by ``prepare --kind events --split``. A job
-    that gives one (any value, the snapshot tasks' default too) is refused; null: none given."""
+    """Not an option here: the stream's split is the dataset's, cut by ``prepare --kind events --split`` or, from
+    Python, by the adapters' ``split=`` (``from_temporal_data(data, output, split=(0.7, 0.15, 0.15))``,
+    ``from_arrays(..., kind="events", split=...)``). A job that gives one (any value, the snapshot tasks' default
+    too) is refused; null: none given."""
     negatives: int = 1
     """Negative destinations per training event: uniform over the stream's candidate destinations, with
     replacement, keyed by train.seed."""

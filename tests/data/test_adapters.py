@@ -816,3 +816,21 @@ def test_a_rare_class_is_a_python_warning_of_the_adapters_not_a_line_on_stderr(t
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         from_signal(sig, tmp_path / "balanced", labels=True)
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"val_ratio": 0.15}, "from_temporal_data: val_ratio: unknown option; the fractions are one argument, "
+                          "split=(train, val, test)"),
+    ({"test_ratio": 0.15}, "from_temporal_data: test_ratio: unknown option; the fractions are one argument"),
+    ({"shard_event": 5}, "from_temporal_data: shard_event: unknown option; did you mean 'shard_events'?"),
+    ({"edge_lif": 2}, "from_temporal_data: edge_lif: unknown option; choose from allow_large, bipartite, force, "
+                      "num_vertices, shard_events, split, time_unit"),
+])
+def test_from_temporal_data_offers_only_its_own_options(tmp_path, options, words):
+    """An unknown keyword was answered with ``prepare``'s every option (``edge_life``, ``labels``, ``lags``: the
+    snapshot ones an event stream refuses); PyG's ``val_ratio``/``test_ratio`` got that list, not ``split``."""
+    with pytest.raises(DataError) as e:
+        from_temporal_data({"src": [0, 1], "dst": [1, 2], "t": [0, 1]}, tmp_path / "out", **options)
+    assert str(e.value).startswith(words) and "\n" not in str(e.value), e.value
+    assert "edge_life" not in str(e.value) and "labels" not in str(e.value)
+    assert not (tmp_path / "out").exists()
