@@ -367,10 +367,15 @@ def _finite(a: np.ndarray, stored: np.ndarray, name: str, where: str) -> None:
 
 
 def _ids(value: Any, name: str, where: str, num_vertices: int | None) -> np.ndarray:
+    """Vertex ids as int64, refusing any other dtype: floats too, where pandas leaves integer ids after a NaN.
+
+    Floats are not cast here: a float32 holds integers exactly only up to 2**24, so ids read as floats may already
+    have been rounded; the caller casts, told how, or is shown the first id that is no whole number.
+    """
     a = _numpy(value, name, where)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
         raise DataError(f"{where}: {name}: expected a 1-D array of integer vertex ids, got shape {a.shape} "
-                        f"dtype {a.dtype}")
+                        f"dtype {a.dtype}{_float_ids(a) if a.ndim == 1 else ''}")
     a = _int64(a, name, where)
     if a.size and a.min() < 0:
         raise DataError(f"{where}: {name}: negative vertex id {int(a.min())} (at {int(np.argmin(a))})")
@@ -378,6 +383,19 @@ def _ids(value: Any, name: str, where: str, num_vertices: int | None) -> np.ndar
         raise DataError(f"{where}: {name}: vertex id {int(a.max())} (at {int(np.argmax(a))}) is beyond "
                         f"num_vertices {num_vertices} (ids are 0 .. N-1)")
     return a
+
+
+def _float_ids(a: np.ndarray) -> str:
+    """What to add to the refusal of float ids ``a`` (1-D): how to cast them where each is a whole number, else the
+    first that is not; nothing for another dtype."""
+    if a.dtype.kind != "f" or not a.size:
+        return ""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(a) | (a != np.floor(a))
+    if bad.any():
+        k = int(np.argmax(bad))
+        return f" ({a[k]:g} at {k} is no whole number)"
+    return " (every value is a whole number: cast them, e.g. .astype(np.int64) for numpy or pandas, .long() for torch)"
 
 
 def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

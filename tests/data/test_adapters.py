@@ -834,3 +834,20 @@ def test_from_temporal_data_offers_only_its_own_options(tmp_path, options, words
     assert str(e.value).startswith(words) and "\n" not in str(e.value), e.value
     assert "edge_life" not in str(e.value) and "labels" not in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("src, words", [
+    (torch.tensor([0.0, 1.0, 2.0]), "dtype float32 (every value is a whole number: cast them, e.g. "
+                                    ".astype(np.int64) for numpy or pandas, .long() for torch)"),
+    (np.array([0.0, 1.5, 2.0]), "dtype float64 (1.5 at 1 is no whole number)"),
+    (np.array([0.0, 1.0, np.nan]), "dtype float64 (nan at 2 is no whole number)"),
+])
+def test_float_ids_are_refused_with_how_to_cast_or_the_first_fraction(tmp_path, src, words):
+    """Ids as whole-number floats (pandas' after a NaN) were refused with their dtype alone: the refusal stays (a
+    float32 may have rounded them), saying how to cast them, or naming the first that is no whole number."""
+    for call in (lambda: from_temporal_data({"src": src, "dst": [1, 2, 0], "t": [0, 1, 2]}, tmp_path / "out"),
+                 lambda: from_arrays(src, [1, 2, 0], [0, 1, 2], tmp_path / "out", snapshots=1)):
+        with pytest.raises(DataError) as e:
+            call()
+        assert str(e.value).endswith("src: expected a 1-D array of integer vertex ids, got shape (3,) " + words), e
+    assert not (tmp_path / "out").exists()
