@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,13 +77,53 @@ def _way_on(taken: Path) -> str:
     return other
 
 
+#: the files that make a directory a run's: ``config.resolved.yaml`` is written first, before any epoch
+#: (``plan.json`` never without it), ``summary.json`` last
+RUN_MARKERS = ("config.resolved.yaml", "summary.json")
+
+
+def _run_holding(p: Path) -> tuple[Path, str] | None:
+    """The nearest directory above ``p`` that is a run's (:data:`RUN_MARKERS`), with the marker found, or None."""
+    for q in Path(os.path.abspath(p)).parents:
+        for marker in RUN_MARKERS:
+            if (q / marker).is_file():
+                return q, marker
+    return None
+
+
+def _not_in_a_run(p: Path, key: str, given: str) -> None:
+    """Refuse a new run directory ``p`` inside another run's: ``output="runs"`` made ``runs`` a run directory, and
+    the default ``output.dir: runs`` then put every later run inside it, where its files mix with that run's and
+    ``load_run``/``report`` of the outer one find directories that are no part of it.
+
+    Args:
+        p: the new run directory.
+        key: what gave it, as messages name it (``--output``, ``output.dir``).
+        given: that value, as given.
+
+    Raises:
+        ConfigError: one line naming the run directory above ``p`` and its marker file.
+    """
+    from hpcdgnn.train.trainer import RESTART_WORDS  # not at the top: the trainer imports this module
+
+    held = _run_holding(p)
+    if held is not None:
+        run, marker = held
+        which = "it" if run == Path(os.path.abspath(given)) else str(run)  # output.dir naming the run itself
+        raise ConfigError(f"{key} {given}: {which} is a run directory (it holds {marker}), and a new run's directory "
+                          f"inside it would mix with that run's files; give {RESTART_WORDS.get()[1]} or output.dir a "
+                          "directory outside it")
+
+
 def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
-    """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run.
-    One it creates is recorded in :data:`MADE_RUN_DIRS`."""
+    """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run, nor
+    one inside another run's directory (:func:`_not_in_a_run`). One it creates is recorded in
+    :data:`MADE_RUN_DIRS`."""
     if output is not None:
         if not output.strip():
             raise ConfigError("--output: an empty path; give the run directory, or leave --output out")
         p = Path(output)
+        _not_in_a_run(p, "--output", output)
         if p.exists() and not p.is_dir():
             raise ConfigError(f"--output {output}: is a file; a run writes into a new or empty directory")
         if p.exists() and any(p.iterdir()):
@@ -99,6 +140,7 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
         return p
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(parent) / f"{job_name}-{stamp}"
+    _not_in_a_run(base, "output.dir:", parent)
     p, i = base, 1
     while True:
         try:
