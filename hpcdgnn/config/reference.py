@@ -59,21 +59,26 @@ def class_doc(cls: type) -> str:
     return (ast.get_docstring(node) or "") if node else ""
 
 
+def own_field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of the fields ``cls``'s own body declares (a base's field declared again included)."""
+    node = _class_node(cls)
+    if node is None:
+        return {}
+    docs = {}
+    for stmt, nxt in zip(node.body, node.body[1:], strict=False):
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings of ``cls``'s fields, its bases' first, overridden by the subclasses'."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        node = _class_node(klass)
-        if node is None:
-            continue
-        body = node.body
-        for stmt, nxt in zip(body, body[1:], strict=False):
-            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)):
-                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+        if dataclasses.is_dataclass(klass):
+            docs.update(own_field_docs(klass))
     return docs
 
 
@@ -323,6 +328,9 @@ def _blocks(module: ModuleType) -> list[tuple[int, str, str, list[tuple[str, str
         blocks.append((2, f"`{key}`", _one_line(class_doc(base)), rows))
         for names, opt in _grouped(choices or {}):
             inherited = {f.name for f in dataclasses.fields(base)} if issubclass(opt, base) else {"name"}
+            # a section key an options class declares again, with its own docstring, is listed under it too: what
+            # the key means there (TGN's model.hidden, its embedding width) is not what the section's row says
+            inherited = (inherited - set(own_field_docs(opt))) | {"name"}
             title = f"`{key}` options of " + ", ".join(f"`{n}`" for n in names)
             blocks.append((3, title, _one_line(class_doc(opt)), _rows(key, opt, None, inherited)))
     for key, choices in options.items():  # an options set no section claims: listed on its own

@@ -43,6 +43,10 @@ __all__ = ["MemoryRows", "Occurrences", "TGN", "TGNInput", "TGNOptions", "TimeEn
 class TGNOptions(ModelConfig):
     """``model: {name: tgn}`` options: TGN-attn's widths and DistTGL's static node memory (§2.1, §3.1)."""
 
+    hidden: int = 16
+    """Width of the embeddings z_v the attention layer outputs and the edge predictor scores (TGN's and PyG's
+    ``embedding_dim``; a multiple of ``heads``). The default 16 is every model's, where ``memory_dim`` and
+    ``time_dim`` are 100: TGN, PyG's TGN example and ``jobs/tgn.yaml`` use 100."""
     memory_dim: int = 100
     """Width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
     time_dim: int = 100
