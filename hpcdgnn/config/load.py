@@ -148,9 +148,16 @@ def _options(base: type, raw: Any, file: str) -> type:
     return options_class(section, name)
 
 
+#: option names of PyTorch Geometric's TGN example and TGL's configurations that hpcdgnn spells otherwise (too far
+#: apart for a close-name match: ``embedding_dim`` is nearer ``memory_dim`` than ``hidden``): the key and whose
+#: name it is
+_OPTION_ALIASES = {"embedding_dim": ("hidden", "PyG's TGN"), "att_head": ("heads", "TGL's"),
+                   "dim_time": ("time_dim", "TGL's"), "batch_size": ("batch_events", "PyG's and TGL's")}
+
+
 def _not_an_option(file: str, section: str, key: str, name: str, fields: list[str], path: str | None = None) -> str:
     """The error for ``section.KEY`` (at ``path``, default ``section``) that ``name`` lacks: which models/strategies
-    take it, or a close name."""
+    take it, or the key another library's name (:data:`_OPTION_ALIASES`) or a close name stands for."""
     from hpcdgnn.regimes import names, options_class
 
     where = path or section
@@ -159,7 +166,9 @@ def _not_an_option(file: str, section: str, key: str, name: str, fields: list[st
     if accept:
         return (f"{file}: {where}.{key}: not an option of {section} {short_repr(name)} (it would be ignored); "
                 f"{section} {', '.join(accept)} {'accepts' if len(accept) == 1 else 'accept'} it")
-    return f"{file}: {where}.{key}: unknown option of {section} {short_repr(name)}; {_did_you_mean(key, fields)}"
+    alias, whose = _OPTION_ALIASES.get(key, ("", ""))
+    advice = f"did you mean '{alias}' ({whose} {key})?" if alias in fields else _did_you_mean(key, fields)
+    return f"{file}: {where}.{key}: unknown option of {section} {short_repr(name)}; {advice}"
 
 
 def build_options(section: str, name: str, raw: Any, path: str, file: str) -> Any:
