@@ -10,13 +10,18 @@ from hpcdgnn.metrics import choose_run_dir
 from tests.conftest import mpi_env, run_in_process, write_job
 
 
-@pytest.mark.parametrize("marker", ["config.resolved.yaml", "summary.json"])
-def test_choose_run_dir_refuses_a_place_inside_a_run_directory(tmp_path, marker):
+@pytest.mark.parametrize("other", ["plan.json", "summary.json"])
+def test_choose_run_dir_refuses_a_place_inside_a_run_directory(tmp_path, other):
     """``--output`` anywhere below a run directory, or an ``output.dir`` that is one (or is below one): one line
-    naming the run directory and its marker; nothing made."""
+    naming the run directory and its files; nothing made. A resolved job kept alone (a user's copy as a job file)
+    makes no run directory."""
     run = tmp_path / "runs"
     run.mkdir()
-    (run / marker).write_text("{}\n")
+    (run / "config.resolved.yaml").write_text("{}\n")
+    assert choose_run_dir(str(run / "sub"), "unused", "job") == run / "sub"
+    (run / "sub").rmdir()
+    (run / other).write_text("{}\n")
+    marker = f"config.resolved.yaml and {other}"
     for output in (run / "sub", run / "a" / "b"):
         with pytest.raises(ConfigError) as e:
             choose_run_dir(str(output), "unused", "job")
@@ -27,7 +32,7 @@ def test_choose_run_dir_refuses_a_place_inside_a_run_directory(tmp_path, marker)
         with pytest.raises(ConfigError, match=rf"^output.dir: {parent}: {which} is a run directory \(it holds "
                                               rf"{marker}\)"):
             choose_run_dir(None, str(parent), "job")
-    assert sorted(p.name for p in run.iterdir()) == [marker]
+    assert sorted(p.name for p in run.iterdir()) == sorted(["config.resolved.yaml", other])
     assert choose_run_dir(None, str(tmp_path / "other"), "job").parent == tmp_path / "other"  # beside it: as ever
 
 
@@ -41,7 +46,7 @@ def test_a_run_inside_a_run_is_refused_from_the_command_and_the_api(tmp_path, sm
     first = hpcdgnn.train(job, output=tmp_path / "runs")
     before = sorted(p.name for p in first.dir.iterdir())
     with pytest.raises(ConfigError, match=rf"^{job}: output.dir: {tmp_path / 'runs'}: it is a run "
-                                          r"directory \(it holds [a-z.]+\), .*; give output= or output.dir a "
+                                          r"directory \(it holds [a-z. ]+\), .*; give output= or output.dir a "
                                           "directory outside it$"):
         hpcdgnn.train(job)
     with pytest.raises(ConfigError, match=rf"^output={first.dir / 'inner'}: {first.dir} is a run directory"):

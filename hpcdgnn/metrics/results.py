@@ -77,17 +77,20 @@ def _way_on(taken: Path) -> str:
     return other
 
 
-#: the files that make a directory a run's: ``config.resolved.yaml`` is written first, before any epoch
-#: (``plan.json`` never without it), ``summary.json`` last
-RUN_MARKERS = ("config.resolved.yaml", "summary.json")
+#: the files that make a directory a run's: ``config.resolved.yaml`` with one its set-up writes beside it — the
+#: resolved job alone is no run (a user may keep a copy as a job file where runs go; ``summary.json`` is a
+#: common name too)
+RUN_MARKERS = ("config.resolved.yaml", ("plan.json", "run.lock", "metrics.jsonl", "summary.json"))
 
 
 def _run_holding(p: Path) -> tuple[Path, str] | None:
-    """The nearest directory above ``p`` that is a run's (:data:`RUN_MARKERS`), with the marker found, or None."""
+    """The nearest directory above ``p`` that is a run's (:data:`RUN_MARKERS`), with the files found, or None."""
+    first, others = RUN_MARKERS
     for q in Path(os.path.abspath(p)).parents:
-        for marker in RUN_MARKERS:
-            if (q / marker).is_file():
-                return q, marker
+        if (q / first).is_file():
+            for other in others:
+                if (q / other).exists():
+                    return q, f"{first} and {other}"
     return None
 
 
