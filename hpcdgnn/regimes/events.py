@@ -68,7 +68,8 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
     whatever its value (given in the file or by ``--set``; the task's default None is none given)."""
     if job.task.split is not None:
         raise ConfigError(f"{where}: task.split: an event stream's split is the dataset's (prepare --kind events "
-                          "--split); remove task.split")
+                          "--split; from Python the adapters' split=, from_temporal_data(data, output, split=(0.7, "
+                          "0.15, 0.15))); remove task.split")
 
 
 EVENTS = register_regime(RegimeSpec(

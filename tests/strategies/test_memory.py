@@ -316,7 +316,8 @@ def test_a_task_split_given_at_the_default_is_refused_as_any_other(college, tmp_
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     key = "--set task.split" if given_by == "--set" else f"{path}: task.split"
     assert err == [f"hpcdgnn: error: {key}: an event stream's split is the dataset's (prepare --kind events "
-                   "--split); remove task.split"], err
+                   "--split; from Python the adapters' split=, from_temporal_data(data, output, split=(0.7, 0.15, "
+                   "0.15))); remove task.split"], err
     # what a run before the resolved job left the split out wrote: read back (a resume) without it
     old = tmp_path / "old.resolved.yaml"
     old.write_text(yaml.safe_dump({**yaml.safe_load(_job(tmp_path, college).read_text()),
