@@ -42,7 +42,7 @@ from hpcdgnn.strategies.hybrid import HybridBatches, hybrid_of, union_csr
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _submatrix
 from hpcdgnn.strategies.sequences import SequenceSamples, sampling_of
 
-__all__ = ["DRAWS", "MAX_SEQUENCES", "PER_SEQUENCE", "hybrid_closures", "hybrid_cost", "seconds_per_sampled_entry",
+__all__ = ["DRAWS", "MAX_SEQUENCES", "PER_SEQUENCE", "hybrid_cost", "seconds_per_sampled_entry",
            "sequences_cost"]
 
 #: sequences counted per split (evenly spaced); the others are priced as their nearest counted one
@@ -652,15 +652,6 @@ def _closures(graph: GraphStats, h, plan, wide: bool) -> list[np.ndarray]:
         return [h.closure(np.arange(N), union)] * plan.num_ranks
     return [h.closure(np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64)), union)
             for p in range(plan.num_ranks)]
-
-
-def hybrid_closures(plan, job, manifest, data_root: str) -> tuple[list[np.ndarray], int]:
-    """Each rank's H1 closure rows under ``plan`` and the snapshots it reads them in (0..stop-1), as the run's
-    set-up reads them (for ``check``, which reads no closure otherwise)."""
-    graph = GraphStats(manifest, data_root)
-    model, task, _ = _model_and_task(graph, job, manifest)
-    h = _Hybrid(graph, job, manifest, model, task, plan)
-    return _closures(graph, h, plan, task.reads_beyond_batch()), h.stop
 
 
 def _closure_bytes(graph: GraphStats, t: int, rows: np.ndarray, N: int, F: int, item: int, cells: bool,

@@ -217,23 +217,14 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def check_reads(cls, plan: PartitionPlan, job, manifest) -> None:
-        """``check``: what the set-up refuses once it has read each rank's closure: ``strategy.max_cache_mb`` (the
-        closures as the planner derives them, the set-up's rows, read from the shards as the set-up reads them)
-        and ``strategy.reservoir.max_mb`` (:meth:`_check_reservoir`, which reads every rank's closure anyway and
-        tests ``max_cache_mb`` on it: each closure is read once)."""
+        """``check``: what the set-up refuses once it has read each rank's closure: ``strategy.max_cache_mb`` and
+        ``strategy.reservoir.max_mb`` (:meth:`_check_parts`, each rank's closure read once, as its set-up
+        reads it)."""
         from hpcdgnn.data.shard_reader import ShardReader
-        from hpcdgnn.planner.samples import hybrid_closures
 
-        limit = job.strategy.max_cache_mb
-        with ShardReader(job.data.path, manifest) as reader:
-            if job.strategy.reservoir.mode == "on":
-                cls._check_reservoir(plan, job, manifest, reader)
-            elif limit:
-                closures, stop = hybrid_closures(plan, job, manifest, job.data.path)
-                for rank, rows in enumerate(closures):
-                    held = sum(_block_bytes(reader.read_rows(t, rows)) for t in range(stop))
-                    if held / 2**20 > limit:
-                        raise _over_cache(rank, held, rows.shape[0], plan.num_vertices, limit)
+        if job.strategy.max_cache_mb or job.strategy.reservoir.mode == "on":
+            with ShardReader(job.data.path, manifest) as reader:
+                cls._check_parts(plan, job, manifest, reader)
 
     @classmethod
     def unpriced(cls, job) -> list[str]:
@@ -336,14 +327,15 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         return edges
 
     @classmethod
-    def _check_reservoir(cls, plan: PartitionPlan, job, manifest, reader) -> None:
+    def _check_parts(cls, plan: PartitionPlan, job, manifest, reader) -> None:
         """``check``: the set-up's refusals of a closure over ``max_cache_mb`` and of a ``reservoir.max_mb`` that
         holds no batch (:meth:`_first_stored`), in the set-up's order, raised for the first rank refused.
 
         Each rank's part is built as its set-up builds it, over its closure read from the shards: a stored
         batch's bytes are its built layout's (row sets, Ã blocks, a cell's step graphs in the weights' dtype as
         read), which the planner's structure (all-ones float64 weights, the whole graph for ``lhop``) would
-        over-count for graph-recurrent cells, refusing batches that fit. One batch a rank.
+        over-count for graph-recurrent cells, refusing batches that fit. One batch a rank, built only with the
+        reservoir on.
         """
         from types import SimpleNamespace
 
@@ -361,7 +353,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             part.ctx, part.comm = ctx, SimpleNamespace(rank=rank, size=plan.num_ranks)
             edges = part._read(plan, model, task, reader, edges)
             part._refuse_over_cache()
-            part._first_stored()
+            if job.strategy.reservoir.mode == "on":
+                part._first_stored()
 
     def _refuse_over_cache(self) -> None:
         """Refuse (ConfigError) my closure's rows as read (:meth:`_read`) over ``strategy.max_cache_mb``."""
